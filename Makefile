@@ -1,0 +1,46 @@
+# Two promises: `make run` and `make test` work on a fresh machine and are quick when nothing changed.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEVSTAMP:= $(VENV)/.installed-dev
+PORT    ?= 8501
+ADDRESS ?= 127.0.0.1
+PYTEST_ARGS ?=
+
+.PHONY: run test test-fast bench clean chromium
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# pip (not uv) so that torch==2.13.0 comes from the machine's local CPU wheel.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(DEVSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP) $@
+
+run: $(STAMP)
+	$(BIN)/streamlit run app.py --server.address $(ADDRESS) --server.port $(PORT) \
+		--server.headless true --browser.gatherUsageStats false
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(DEVSTAMP) chromium
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Everything but the browser tests.
+test-fast: $(DEVSTAMP)
+	$(BIN)/python -m pytest -m "not e2e and not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.scan --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache
