@@ -227,6 +227,8 @@ def ema_scan_torch(x: torch.Tensor, alphas, h0=None, reset=None, chunk: int = DE
     """
     if x.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         raise ValueError(f"x must be float32, float64, bfloat16 or float16, got dtype {x.dtype}")
+    if int(chunk) < 2:
+        raise ValueError(f"chunk must be an integer >= 2 (the chunked scan recurses on T/chunk), got {chunk}")
     cd = _compute_dtype(x.dtype)
     alpha = torch.as_tensor(alphas, dtype=cd, device=x.device)
     xc = x.to(cd)

@@ -1,0 +1,20 @@
+"""EMA Lab: the router.  Pages live in pages/ and stay thin; the science is in ema_core."""
+import streamlit as st
+
+st.set_page_config(page_title="EMA Lab", layout="wide")
+
+# Explicit pages rather than pages/ discovery: the order, titles and icons are decided here, and
+# helper modules in pages/ (pages/_ui.py) never show up as pages.
+pg = st.navigation(
+    [
+        st.Page("pages/dilution.py", title="Trace dilution", icon=":material/blur_on:", default=True),
+    ]
+)
+
+with st.sidebar:
+    st.caption(
+        "**EMA Lab** reproduces, measures and extends "
+        "[*EMA Is Not All You Need*](https://arxiv.org/abs/2604.08556) (arXiv 2604.08556)."
+    )
+
+pg.run()

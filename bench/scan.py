@@ -1,0 +1,354 @@
+"""Benchmark of the EMA scan paths against baselines and the memory-copy roofline.
+
+    python -m bench.scan [--quick] [--json]
+
+Every figure comes from the same run, because the ratios are what matter on a shared,
+noisy machine.  Unit: nanoseconds per output element, one (t, k, d) value of the traces.
+Each timing is the best of several repeats after a warm-up (JIT compilation, torch
+allocator), which estimates what the code costs rather than what the neighbours cost.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+ALPHAS = (0.5, 0.1, 0.02)
+K = len(ALPHAS)
+TARGETS = {  # key: (comparison, threshold)
+    "numba_over_roofline": ("<=", 1.5),
+    "lfilter_over_numba": (">=", 50.0),
+    "pandas_over_numba": (">=", 80.0),
+    "naive_over_torch": (">=", 20.0),
+    "gpu_fwd_bandwidth_fraction": (">=", 0.6),
+}
+# Peak HBM bandwidth, used when the device does not report its memory clock and bus width.
+PEAK_GBPS = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0, "L40S": 864.0, "A10": 600.0, "V100": 900.0}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def best_of(fn, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _par_copy_kernel():
+    from numba import njit, prange
+
+    @njit(parallel=True, nogil=True)
+    def par_copy(src, dst):
+        for i in prange(src.size):
+            dst[i] = src[i]
+
+    return par_copy
+
+
+def machine_info() -> dict:
+    import numba
+    import pandas
+    import scipy
+    import torch
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
+    mem = next((int(ln.split()[1]) / 2**20 for ln in open("/proc/meminfo") if ln.startswith("MemTotal")), None)
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)),
+        "memory_GiB": None if mem is None else round(mem, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__, "numba": numba.__version__, "torch": torch.__version__,
+        "scipy": scipy.__version__, "pandas": pandas.__version__,
+        "numba_threads": numba.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
+    """Roofline, numba (reused and fresh output), lfilter and pandas on one (1, T, D) input."""
+    from ema_core.scan.numba_cpu import ema_scan_numba
+
+    alphas = np.asarray(ALPHAS, np.float64)
+    x = np.random.default_rng(0).standard_normal((1, T, D), dtype=np.float32)
+    n_out = T * K * D
+    res = {}
+
+    # Roofline: a fused scan must read x once (4/K bytes per output) and write each output
+    # (4 bytes).  Copy bandwidth counts read + write bytes; both source and destination are
+    # touched first so that page faults are not mistaken for bandwidth.  The faster of a
+    # single-threaded np.copyto and a parallel numba copy is used: the tighter roofline.
+    out = np.empty((1, T, K, D), np.float32)
+    out.fill(0)
+    src = np.ones(n_out, np.float32)
+    dst = out.reshape(-1)
+    t_np = best_of(lambda: np.copyto(dst, src), fast)
+    par_copy = _par_copy_kernel()
+    t_nb = best_of(lambda: par_copy(src, dst), fast)
+    del src
+    bw_np, bw_nb = 2 * 4 * n_out / t_np, 2 * 4 * n_out / t_nb
+    bw = max(bw_np, bw_nb)
+    bytes_per_out = 4 + 4 / K
+    res["copy_GBps_np_copyto"] = bw_np / 1e9
+    res["copy_GBps_numba_prange"] = bw_nb / 1e9
+    res["copy_GBps_used"] = bw / 1e9
+    res["bytes_per_output"] = bytes_per_out
+    res["roofline_ns"] = bytes_per_out / bw * 1e9
+
+    # numba: compile on a small slice first (cache=True makes later runs start warm).
+    ema_scan_numba(np.ascontiguousarray(x[:, :256]), alphas)
+    log("  numba (reused out=)")
+    res["numba_ns"] = best_of(lambda: ema_scan_numba(x, alphas, out=out), fast) / n_out * 1e9
+    del out, dst
+    gc.collect()
+    # End to end: every call allocates a fresh (B, T, K, D) array and pays its page faults.
+    log("  numba (fresh output)")
+    res["numba_fresh_ns"] = best_of(lambda: ema_scan_numba(x, alphas), max(2, fast // 2), warmup=0) / n_out * 1e9
+    gc.collect()
+
+    # Per-rate baselines: one pass per rate over the (T, D) input, time axis first.
+    from scipy import signal
+
+    x2 = x[0]
+    log("  scipy.signal.lfilter x3 rates")
+    res["lfilter_ns"] = best_of(lambda: [signal.lfilter([a], [1.0, a - 1.0], x2, axis=0) for a in ALPHAS], slow) / n_out * 1e9
+    gc.collect()
+    import pandas as pd
+
+    df = pd.DataFrame(x2)
+    log("  pandas ewm x3 rates")
+    res["pandas_ns"] = best_of(lambda: [df.ewm(alpha=a, adjust=False).mean() for a in ALPHAS], slow) / n_out * 1e9
+    del df, x, x2
+    gc.collect()
+    return res
+
+
+def _loss(y, h):
+    return y.sum() + h.sum()
+
+
+def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
+    import torch
+
+    from ema_core.scan.torch_scan import ema_scan_torch
+
+    torch.manual_seed(0)
+    x = torch.randn(B, T, D)
+    xg = x.clone().requires_grad_(True)
+    n_out = B * T * K * D
+
+    def fwd():
+        with torch.no_grad():
+            ema_scan_torch(x, ALPHAS)
+
+    def fwd_bwd():
+        y, h = ema_scan_torch(xg, ALPHAS)
+        _loss(y, h).backward()
+        xg.grad = None
+
+    log("  torch chunked scan: forward, forward+backward")
+    res = {"torch_fwd_ns": best_of(fwd, fast, warmup=2) / n_out * 1e9,
+           "torch_fwd_bwd_ns": best_of(fwd_bwd, fast, warmup=2) / n_out * 1e9}
+
+    # What one would write without a scan kernel: a Python loop over time, all K rates at
+    # once, differentiated by autograd step by step.
+    xn = x[:, :T_naive].clone().requires_grad_(True)
+    a = torch.tensor(ALPHAS, dtype=x.dtype)[:, None]  # (K, 1), broadcasts over (B, K, D)
+
+    def naive():
+        h = torch.zeros(B, K, D)
+        ys = []
+        for t in range(T_naive):
+            h = (1 - a) * h + a * xn[:, t, None]
+            ys.append(h)
+        _loss(torch.stack(ys, 1), h).backward()
+        xn.grad = None
+
+    log(f"  naive per-step torch loop (T={T_naive})")
+    res["naive_fwd_bwd_ns"] = best_of(naive, max(2, fast // 2)) / (B * T_naive * K * D) * 1e9
+    return res
+
+
+def _peak_gbps(props) -> tuple[float | None, str]:
+    # cudaDeviceProp: memoryClockRate in kHz, memoryBusWidth in bits; HBM/GDDR move data on
+    # both clock edges, hence the 2.  Newer CUDA versions may report 0: fall back to a table.
+    clock = getattr(props, "memory_clock_rate", 0) or 0
+    width = getattr(props, "memory_bus_width", 0) or 0
+    if clock > 0 and width > 0:
+        return 2 * clock * 1e3 * width / 8 / 1e9, "memory_clock_rate x memory_bus_width"
+    for name, gbps in PEAK_GBPS.items():
+        if name in props.name:
+            return gbps, f"table ({name})"
+    return None, "unknown"
+
+
+def bench_gpu(fast: int) -> dict:
+    """The torch path on CUDA: achieved bandwidth of the forward against the device's peak."""
+    import torch
+
+    from ema_core.scan.torch_scan import ema_scan_torch
+
+    B, T, D = 16, 8192, 1024
+    props = torch.cuda.get_device_properties(0)
+    peak, source = _peak_gbps(props)
+    res = {"device": props.name, "shape": [B, T, D, K], "peak_GBps": peak, "peak_source": source}
+
+    def timed(fn):
+        def run():  # kernels are asynchronous: wait for them inside the timed region
+            fn()
+            torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return best_of(run, fast, warmup=2)
+
+    for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        x = torch.randn(B, T, D, device="cuda", dtype=dtype)
+        xg = x.clone().requires_grad_(True)
+
+        def fwd():
+            with torch.no_grad():
+                ema_scan_torch(x, ALPHAS)
+
+        def fwd_bwd():
+            y, h = ema_scan_torch(xg, ALPHAS)
+            _loss(y, h).backward()
+            xg.grad = None
+
+        log(f"  gpu {label}")
+        t_f = timed(fwd)
+        t_fb = timed(fwd_bwd)
+        moved = x.numel() * x.element_size() * (1 + K)  # read x, write traces in x's dtype
+        res[f"{label}_fwd_ms"] = t_f * 1e3
+        res[f"{label}_fwd_bwd_ms"] = t_fb * 1e3
+        res[f"{label}_fwd_ns"] = t_f / (x.numel() * K) * 1e9
+        res[f"{label}_fwd_GBps"] = moved / t_f / 1e9
+        res[f"{label}_fwd_bandwidth_fraction"] = None if peak is None else moved / t_f / 1e9 / peak
+        del x, xg
+        torch.cuda.empty_cache()
+    return res
+
+
+def run(quick: bool, T_override: int | None) -> dict:
+    t_start = time.perf_counter()
+    T = T_override or (200_000 if quick else 1_000_000)
+    D = 64
+    tB, tT, tD = 8, min(1024, T), 256
+    # The naive loop is not shortened in quick mode: its backward costs more per step as T
+    # grows (measured: ~12 ns/output at T=128, ~45 at T=1024), so a short T would flatter it.
+    T_naive = min(1024, T)
+    fast, slow = (3, 2) if quick else (7, 3)
+    report = {"machine": machine_info(), "quick": quick}
+    report["shapes"] = {
+        "numba_lfilter_pandas": {"B": 1, "T": T, "D": D, "K": K, "dtype": "float32"},
+        "torch_cpu": {"B": tB, "T": tT, "D": tD, "K": K, "dtype": "float32"},
+        "naive_torch_loop": {"B": tB, "T": T_naive, "D": tD, "K": K, "dtype": "float32"},
+        "alphas": list(ALPHAS),
+    }
+    log(f"CPU scan, (1, {T}, {D}) x {K} rates")
+    cpu = bench_cpu_scan(T, D, fast, slow)
+    log(f"torch CPU, ({tB}, {tT}, {tD}) x {K} rates")
+    tor = bench_torch_cpu(tB, tT, tD, T_naive, fast)
+    report["ns_per_output"] = {
+        "roofline": cpu["roofline_ns"],
+        "numba_reused_out": cpu["numba_ns"],
+        "numba_fresh_out": cpu["numba_fresh_ns"],
+        "lfilter_3_rates": cpu["lfilter_ns"],
+        "pandas_ewm_3_rates": cpu["pandas_ns"],
+        "torch_fwd": tor["torch_fwd_ns"],
+        "torch_fwd_bwd": tor["torch_fwd_bwd_ns"],
+        "naive_loop_fwd_bwd": tor["naive_fwd_bwd_ns"],
+    }
+    report["copy_bandwidth_GBps"] = {"np_copyto": cpu["copy_GBps_np_copyto"],
+                                     "numba_prange": cpu["copy_GBps_numba_prange"], "used": cpu["copy_GBps_used"]}
+    report["bytes_per_output"] = cpu["bytes_per_output"]
+    # Ratios use the reused-buffer numba figure (the kernel); the fresh one is end to end.
+    report["numba_over_roofline"] = cpu["numba_ns"] / cpu["roofline_ns"]
+    report["numba_fresh_over_roofline"] = cpu["numba_fresh_ns"] / cpu["roofline_ns"]
+    report["lfilter_over_numba"] = cpu["lfilter_ns"] / cpu["numba_ns"]
+    report["pandas_over_numba"] = cpu["pandas_ns"] / cpu["numba_ns"]
+    report["lfilter_over_numba_fresh"] = cpu["lfilter_ns"] / cpu["numba_fresh_ns"]
+    report["pandas_over_numba_fresh"] = cpu["pandas_ns"] / cpu["numba_fresh_ns"]
+    report["naive_over_torch"] = tor["naive_fwd_bwd_ns"] / tor["torch_fwd_bwd_ns"]
+    import torch
+
+    report["gpu"] = None
+    if torch.cuda.is_available():
+        log("torch CUDA, (16, 8192, 1024) x 3 rates")
+        report["gpu"] = bench_gpu(fast)
+        if report["gpu"]["fp32_fwd_bandwidth_fraction"] is not None:
+            report["gpu_fwd_bandwidth_fraction"] = report["gpu"]["fp32_fwd_bandwidth_fraction"]
+    report["targets"] = {
+        key: {"value": report[key], "target": f"{op} {thr:g}",
+              "pass": bool(report[key] <= thr if op == "<=" else report[key] >= thr)}
+        for key, (op, thr) in TARGETS.items() if key in report
+    }
+    report["seconds"] = time.perf_counter() - t_start
+    return report
+
+
+def print_table(r: dict) -> None:
+    m, ns, s = r["machine"], r["ns_per_output"], r["shapes"]
+    cs, ts, nv = s["numba_lfilter_pandas"], s["torch_cpu"], s["naive_torch_loop"]
+    print(f"EMA scan benchmark{' (quick)' if r['quick'] else ''}: {m['cpu']}, {m['cores']} cores, "
+          f"numba {m['numba']} ({m['numba_threads']} threads), torch {m['torch']} ({m['torch_threads']} threads)")
+    print(f"alphas {s['alphas']}; ns per output element (one (t, k, d) value of the traces)\n")
+    rows = [
+        (f"roofline: {r['bytes_per_output']:.2f} B/output at {r['copy_bandwidth_GBps']['used']:.1f} GB/s copy", ns["roofline"]),
+        (f"numba fused, reused out=   (1, {cs['T']}, {cs['D']})", ns["numba_reused_out"]),
+        (f"numba fused, fresh output  (1, {cs['T']}, {cs['D']})", ns["numba_fresh_out"]),
+        ("scipy lfilter, 3 rates", ns["lfilter_3_rates"]),
+        ("pandas ewm, 3 rates", ns["pandas_ewm_3_rates"]),
+        (f"torch CPU forward          ({ts['B']}, {ts['T']}, {ts['D']})", ns["torch_fwd"]),
+        (f"torch CPU forward+backward ({ts['B']}, {ts['T']}, {ts['D']})", ns["torch_fwd_bwd"]),
+        (f"naive torch loop fwd+bwd   ({nv['B']}, {nv['T']}, {nv['D']})", ns["naive_loop_fwd_bwd"]),
+    ]
+    for name, v in rows:
+        print(f"  {name:<58} {v:12.3f}")
+    bw = r["copy_bandwidth_GBps"]
+    print(f"\n  copy bandwidth: np.copyto {bw['np_copyto']:.1f} GB/s, numba prange {bw['numba_prange']:.1f} GB/s")
+    print(f"  numba fresh output / roofline: {r['numba_fresh_over_roofline']:.2f}; "
+          f"lfilter / numba fresh: {r['lfilter_over_numba_fresh']:.1f}; pandas / numba fresh: {r['pandas_over_numba_fresh']:.1f}")
+    if nv["T"] != ts["T"]:
+        print(f"  naive loop timed on T={nv['T']} and normalised per output element")
+    g = r["gpu"]
+    if g:
+        print(f"\n  GPU {g['device']} {tuple(g['shape'])}, peak {g['peak_GBps']} GB/s ({g['peak_source']})")
+        for lab in ("fp32", "bf16"):
+            print(f"    {lab}: forward {g[f'{lab}_fwd_ms']:.2f} ms ({g[f'{lab}_fwd_GBps']:.0f} GB/s), "
+                  f"forward+backward {g[f'{lab}_fwd_bwd_ms']:.2f} ms")
+    print("\ntargets")
+    for key, t in r["targets"].items():
+        print(f"  {key:<28} {t['value']:10.3f}  {t['target']:<8} {'PASS' if t['pass'] else 'FAIL'}")
+    print(f"\n({r['seconds']:.0f} s)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.scan", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="T = 2e5 for the numba shape, fewer repeats")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--T", type=int, default=None, help=argparse.SUPPRESS)  # tiny runs for the test
+    args = p.parse_args(argv)
+    report = run(args.quick, args.T)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_table(report)
+
+
+if __name__ == "__main__":
+    main()

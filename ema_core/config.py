@@ -1,0 +1,33 @@
+"""Typed experiment configs, validated at the edge (page, CLI, job) so errors name the field.
+
+One pydantic model per experiment; ``model_dump_json()`` is what a run stores and hashes.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PAPER_ALPHAS = (0.5, 0.1, 0.02)  # fast, medium, slow: the paper's three rates (Figure 1)
+
+
+class DilutionConfig(BaseModel):
+    """Identity decoding from EMA traces of random token streams (see :mod:`ema_core.dilution`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    alphas: tuple[float, ...] = Field(PAPER_ALPHAS, min_length=1, max_length=8)
+    vocab: int = Field(64, ge=2, le=4096, description="V: words in the random stream")
+    dim: int = Field(64, ge=1, le=1024, description="D: embedding dimension")
+    max_lag: int = Field(24, ge=0, le=256, description="decode the token at lags 0..max_lag")
+    window: int = Field(1, ge=1, le=64, description="trace states the decoder reads: 1 = current state only")
+    n_train: int = Field(8192, ge=64, le=1_000_000)
+    n_test: int = Field(2048, ge=64, le=1_000_000)
+    ridge: float = Field(1e-2, gt=0, le=1e6, description="ridge penalty per training sample, on standardised features")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+    @field_validator("alphas")
+    @classmethod
+    def _rates(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        bad = [a for a in v if not (0.0 < a <= 1.0)]
+        if bad:
+            raise ValueError(f"every rate must lie in (0, 1], got {bad}")
+        return tuple(float(a) for a in v)

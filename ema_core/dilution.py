@@ -1,0 +1,171 @@
+"""Trace dilution: how much of the token at lag k is left in an EMA trace.
+
+Analytic side.  With h_t = (1 − α)·h_{t−1} + α·x_t, the token seen k steps ago enters h_t with
+weight w_k = α·(1 − α)^k, whatever the token.  For i.i.d. unit-energy inputs the trace's
+steady-state energy is Σ_k w_k² = α/(2 − α); everything but the token of interest interferes, so
+its signal-to-interference ratio is w_k² / (α/(2 − α) − w_k²).
+
+Measured side.  A stream of random tokens over V words, each a random Gaussian embedding in
+D dimensions, goes through the scan kernels; a linear decoder (ridge least squares onto one-hot
+labels, standardised features) is trained on one stretch of the stream to name the token at lag k
+and scored on a later stretch, for each rate alone and for all rates together.  Chance is 1/V.
+
+The paper's caveat is a switch: ``window = 1`` decodes from the current trace state only (the
+setting where the data-processing argument applies); ``window = w > 1`` lets the decoder read the
+last w trace states, and since x_t = (h_t − (1 − α)·h_{t−1})/α an EMA *sequence* is invertible:
+lags up to w − 2 become exactly recoverable.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import linalg, sparse
+
+from ema_core.config import DilutionConfig
+from ema_core.scan import ema_scan, validate_alphas
+
+
+def lag_weights(alphas, max_lag: int) -> np.ndarray:
+    """w[k, lag] = α_k·(1 − α_k)^lag for lag = 0..max_lag: (K, max_lag + 1)."""
+    a = validate_alphas(alphas)
+    lags = np.arange(max_lag + 1)
+    return a[:, None] * (1.0 - a[:, None]) ** lags[None, :]
+
+
+def half_life(alphas) -> np.ndarray:
+    """Lag at which a token's weight has halved: ln ½ / ln(1 − α) steps (0 for α = 1)."""
+    a = validate_alphas(alphas)
+    with np.errstate(divide="ignore"):
+        return np.where(a >= 1.0, 0.0, np.log(0.5) / np.log1p(-np.minimum(a, 1 - 1e-300)))
+
+
+def effective_window(alphas, mass: float = 0.95) -> np.ndarray:
+    """Fewest recent tokens that carry ``mass`` of the total weight: ⌈ln(1 − mass)/ln(1 − α)⌉."""
+    if not 0.0 < mass < 1.0:
+        raise ValueError(f"mass must lie in (0, 1), got {mass}")
+    a = validate_alphas(alphas)
+    out = np.ones_like(a)
+    slow = a < 1.0
+    out[slow] = np.ceil(np.log1p(-mass) / np.log1p(-a[slow]))
+    return out.astype(int)
+
+
+def interference_energy(alphas) -> np.ndarray:
+    """Steady-state trace energy Σ_k w_k² = α/(2 − α) for unit-energy i.i.d. inputs."""
+    a = validate_alphas(alphas)
+    return a / (2.0 - a)
+
+
+def signal_to_interference(alphas, max_lag: int) -> np.ndarray:
+    """w_k² / (α/(2 − α) − w_k²): (K, max_lag + 1); inf where the token is all there is (α = 1, lag 0)."""
+    w2 = lag_weights(alphas, max_lag) ** 2
+    rest = interference_energy(alphas)[:, None] - w2
+    with np.errstate(divide="ignore"):
+        return np.where(rest <= 1e-15 * w2, np.inf, w2 / np.maximum(rest, 1e-300))
+
+
+def analytic_frame(alphas, max_lag: int) -> pd.DataFrame:
+    """Long format, one row per (rate, lag): weight, SIR and SIR in dB."""
+    a = validate_alphas(alphas)
+    w = lag_weights(a, max_lag)
+    sir = signal_to_interference(a, max_lag)
+    rows = []
+    for k, alpha in enumerate(a):
+        for lag in range(max_lag + 1):
+            rows.append((rate_label(alpha), float(alpha), lag, w[k, lag], sir[k, lag]))
+    df = pd.DataFrame(rows, columns=["rate", "alpha", "lag", "weight", "sir"])
+    with np.errstate(divide="ignore"):
+        df["sir_db"] = 10.0 * np.log10(df["sir"])
+    return df
+
+
+def rate_label(alpha: float) -> str:
+    return f"α={alpha:g}"
+
+
+ALL_RATES = "all rates"
+
+
+@dataclass(frozen=True)
+class IdentityResult:
+    """Measured identity accuracy: ``accuracy`` has columns feature, lag, accuracy."""
+
+    config: DilutionConfig
+    accuracy: pd.DataFrame
+    chance: float
+    seconds: float
+
+
+def _burn_in(alphas: np.ndarray) -> int:
+    # Start decoding once the slowest trace has forgotten its zero start to 1e-3 of its weight.
+    slow = float(alphas.min())
+    return 0 if slow >= 1.0 else min(int(math.ceil(math.log(1e-3) / math.log1p(-slow))), 20_000)
+
+
+def _features(traces: np.ndarray, starts: np.ndarray, window: int, K: int, D: int) -> np.ndarray:
+    """Rows t of the decoder's input: the trace states at t, t−1, …, t−window+1: (n, window·K·D).
+
+    Columns are ordered (window step, rate, channel), so a single rate's columns are a regular
+    slice pattern (see ``_rate_columns``).
+    """
+    idx = starts[:, None] - np.arange(window)[None, :]  # (n, window)
+    return traces[idx].reshape(len(starts), window * K * D)
+
+
+def _rate_columns(k: int, window: int, K: int, D: int) -> np.ndarray:
+    return (np.arange(window)[:, None] * K * D + k * D + np.arange(D)[None, :]).ravel()
+
+
+def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> IdentityResult:
+    """Train a linear decoder to name the token at each lag; score it on held-out steps."""
+    t_start = time.perf_counter()
+    if cfg is None or overrides:  # build (and validate) from the given config plus any overrides
+        cfg = DilutionConfig(**{**(cfg.model_dump() if cfg else {}), **overrides})
+    a = np.asarray(cfg.alphas, dtype=np.float64)
+    K, V, D, L, Wn = a.size, cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
+    rng = np.random.default_rng(cfg.seed)
+
+    first = _burn_in(a) + L + Wn - 1  # earliest step whose lags and window are all in the stream
+    T = first + cfg.n_train + cfg.n_test
+    tokens = rng.integers(0, V, size=T)
+    emb = (rng.standard_normal((V, D)) / math.sqrt(D)).astype(np.float32)  # unit energy per token
+    traces, _ = ema_scan(emb[tokens][None], a)  # (1, T, K, D)
+    traces = traces[0]
+
+    steps = np.arange(first, T)
+    train, test = steps[: cfg.n_train], steps[cfg.n_train :]
+    F = _features(traces, train, Wn, K, D)
+    Ft = _features(traces, test, Wn, K, D)
+    mu, sd = F.mean(0), F.std(0) + 1e-12
+    F = (F - mu) / sd
+    Ft = (Ft - mu) / sd
+
+    # One-hot targets for every lag side by side: column lag·V + token.  Centring them and the
+    # features fits an intercept; the solve is shared by all lags.
+    n = len(train)
+    lag_cols = np.arange(L + 1)
+    cols = (lag_cols[None, :] * V + tokens[train[:, None] - lag_cols[None, :]]).ravel()
+    Y = sparse.csr_matrix((np.ones(n * (L + 1), np.float32), (np.repeat(np.arange(n), L + 1), cols)), shape=(n, V * (L + 1)))
+    prior = np.asarray(Y.mean(0)).ravel()  # (V·(L+1),) class frequencies per lag
+    FtY = np.asarray((Y.T @ F).T, dtype=np.float64)  # (p, V·(L+1)); F is centred, so FᵀȲ = 0
+    gram = (F.T @ F).astype(np.float64)
+    truth = tokens[test[:, None] - lag_cols[None, :]]  # (n_test, L + 1)
+
+    feature_sets = [(rate_label(alpha), _rate_columns(k, Wn, K, D)) for k, alpha in enumerate(a)]
+    if K > 1:
+        feature_sets.append((ALL_RATES, np.arange(Wn * K * D)))
+    rows = []
+    for name, c in feature_sets:
+        A = gram[np.ix_(c, c)]
+        A[np.diag_indices_from(A)] += cfg.ridge * n
+        Wsol = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), FtY[c], check_finite=False)
+        scores = Ft[:, c] @ Wsol.astype(np.float32) + prior  # (n_test, V·(L+1))
+        pred = scores.reshape(len(test), L + 1, V).argmax(-1)
+        acc = (pred == truth).mean(0)
+        rows.extend((name, lag, float(acc[lag])) for lag in range(L + 1))
+    frame = pd.DataFrame(rows, columns=["feature", "lag", "accuracy"])
+    return IdentityResult(cfg, frame, 1.0 / V, time.perf_counter() - t_start)

@@ -1,0 +1,188 @@
+"""Trace dilution explorer: what is left of the token at lag k in an EMA trace, on paper and measured."""
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+from pydantic import ValidationError
+
+from ema_core.config import PAPER_ALPHAS, DilutionConfig
+from ema_core.dilution import (
+    IdentityResult,
+    analytic_frame,
+    effective_window,
+    half_life,
+    interference_energy,
+    measure_identity,
+)
+from ema_core.figures import identity_chart, lag_weight_chart, sir_chart
+from pages._ui import chart_with_downloads, table_downloads
+
+RATES = (("fast", "alpha_fast"), ("medium", "alpha_medium"), ("slow", "alpha_slow"))
+# key: (min, max, default) of every number the page takes.
+LIMITS = {
+    **{key: (0.001, 1.0, alpha) for (_, key), alpha in zip(RATES, PAPER_ALPHAS)},
+    "vocab": (2, 512, 64),
+    "dim": (1, 256, 64),
+    "max_lag": (1, 128, 24),
+    "window": (2, 32, 8),
+    "seed": (0, 2**32 - 1, 0),
+}
+# The decoder's dense arrays grow as (window·K·D)² and as V·(max_lag + 1)·window·K·D; at the
+# sliders' far ends they would need tens of GB.  Past this the page explains instead of measuring,
+# so one visitor cannot take the server down.
+MEASURE_BUDGET_BYTES = 1.5 * 2**30
+
+
+def measure_footprint(cfg: DilutionConfig) -> float:
+    """Rough peak bytes of ``measure_identity(cfg)``: its largest arrays, counted once each."""
+    K, V, D, L, W = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
+    p, q = W * K * D, V * (L + 1)  # decoder inputs, one-hot targets over all lags
+    n, m = cfg.n_train, cfg.n_test
+    traces = 4 * (n + m) * (K + 1) * D
+    features = 8 * (n + m) * p  # float32, raw and standardised
+    gram = 20 * p * p  # float32 product, float64 copy, the ridge system of the largest set
+    solve = 24 * q * p  # Fᵀ Y in float32 and float64, the solution in float64 and float32
+    scores = 8 * m * q  # held-out scores, and their sum with the prior
+    return float(traces + features + gram + solve + scores)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _measure(cfg_json: str) -> IdentityResult:
+    # Keyed by the config's JSON: the config is the whole input of the measurement (seed included).
+    return measure_identity(DilutionConfig.model_validate_json(cfg_json))
+
+
+def _drop_bad_state() -> list[str]:
+    """Forget widget values that are out of range, so the widgets fall back to their defaults.
+
+    A live session keeps its values across a code change that narrows a range, and state can be
+    set from outside the widgets; Streamlit raises on such a value rather than clamping it.
+    """
+    dropped = []
+    for key, (lo, hi, _) in LIMITS.items():
+        v = st.session_state.get(key)
+        if v is None:
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+        if not ok or (isinstance(lo, int) and not float(v).is_integer()):
+            del st.session_state[key]
+            dropped.append(key)
+    return dropped
+
+
+def _validation_message(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
+
+
+st.title("Trace dilution")
+st.markdown(
+    r"""
+Every token that enters an EMA trace $h_t = (1-\alpha)\,h_{t-1} + \alpha\,x_t$ is still there $k$ steps
+later with weight $\alpha(1-\alpha)^k$, **whatever the token**, while the trace's steady-state
+interference energy stays at $\alpha/(2-\alpha)$: the identity of the token at lag $k$ fades.
+The measured panel trains a linear decoder to name the token at lag $k$ from the traces and scores
+it on held-out steps (chance is $1/V$).
+
+With *window* on, the decoder reads the last $w$ trace states instead of the current one; an EMA
+*sequence* is invertible ($x_t = (h_t - (1-\alpha)h_{t-1})/\alpha$), so recent lags come back exactly —
+the paper's caveat. A linear read-out from a single decreasing-weight trace tends to name the most
+recent occurrence, which is why one fast rate alone can fall to chance right after lag 0.
+"""
+)
+
+dropped = _drop_bad_state()
+with st.sidebar:
+    st.subheader("Rates")
+    for name, key in RATES:
+        st.slider(f"α {name}", *LIMITS[key], step=0.001, format="%.3f", key=key)
+    st.subheader("Stream and decoder")
+    st.slider("Vocabulary size V", *LIMITS["vocab"], key="vocab")
+    st.slider("Embedding dimension D", *LIMITS["dim"], key="dim")
+    st.slider("Max lag", *LIMITS["max_lag"], key="max_lag")
+    window_mode = st.toggle("Decode from a window of past trace states", key="window_mode")
+    if window_mode:
+        st.slider("Window w (trace states)", *LIMITS["window"], key="window")
+    st.number_input("Seed", *LIMITS["seed"], step=1, key="seed")
+if dropped:
+    st.info(f"Out-of-range settings were reset to their defaults: {', '.join(dropped)}.")
+
+ss = st.session_state
+slider_alphas = [float(ss[key]) for _, key in RATES]
+# Two sliders on the same rate would give two feature sets with one name; decode it once.
+alphas = tuple(dict.fromkeys(slider_alphas))
+try:
+    cfg = DilutionConfig(
+        alphas=alphas,
+        vocab=int(ss["vocab"]),
+        dim=int(ss["dim"]),
+        max_lag=int(ss["max_lag"]),
+        window=int(ss["window"]) if window_mode else 1,
+        seed=int(ss["seed"]),
+    )
+except ValidationError as err:
+    st.error(f"These settings are not valid: {_validation_message(err)}")
+    st.stop()
+
+hl, ew, ie = half_life(slider_alphas), effective_window(slider_alphas), interference_energy(slider_alphas)
+cards = st.columns(len(RATES))
+for i, ((name, _), card) in enumerate(zip(RATES, cards)):
+    with card.container(border=True, key=f"rate_{name}"):
+        st.markdown(f"**{name}** · α = {slider_alphas[i]:.3f}")
+        row = st.columns(3)
+        row[0].metric("Half-life", f"{hl[i]:.2f} steps", help="ln ½ / ln(1 − α): the lag at which a token's weight has halved")
+        row[1].metric("95 % window", f"{ew[i]} steps", help="the fewest recent tokens that carry 95 % of the trace's weight")
+        row[2].metric("Interference", f"{ie[i]:.4f}", help="steady-state trace energy Σ w_k² = α/(2 − α) for unit-energy i.i.d. inputs")
+if len(alphas) < len(slider_alphas):
+    st.info("Two sliders are on the same rate; it is drawn and decoded once.")
+
+st.subheader("Analytic")
+analytic = analytic_frame(cfg.alphas, cfg.max_lag)
+left, right = st.columns(2)
+with left:
+    chart_with_downloads(lag_weight_chart(analytic), "lag_weights", key="weights")
+with right:
+    chart_with_downloads(sir_chart(analytic), "sir", key="sir")
+
+st.subheader("Measured")
+footprint = measure_footprint(cfg)
+if footprint > MEASURE_BUDGET_BYTES:
+    st.warning(
+        f"Measuring these settings would need about {footprint / 2**30:.1f} GiB "
+        f"(the page stops at {MEASURE_BUDGET_BYTES / 2**30:.1f} GiB). "
+        "Lower the window, the embedding dimension, the vocabulary or the max lag."
+    )
+    st.stop()
+
+t0 = time.perf_counter()
+with st.spinner("Training the decoders…"):
+    result = _measure(cfg.model_dump_json())
+cached = time.perf_counter() - t0 < 0.5 * result.seconds
+order = list(dict.fromkeys(result.accuracy["feature"]))
+table = result.accuracy.pivot(index="lag", columns="feature", values="accuracy")[order].reset_index()
+table.columns.name = None
+
+chart_col, table_col = st.columns([3, 2])
+with chart_col:
+    chart_with_downloads(identity_chart(result.accuracy, result.chance), "identity_accuracy", key="identity")
+with table_col:
+    st.dataframe(
+        table,
+        hide_index=True,
+        height=360,
+        column_config={c: st.column_config.NumberColumn(format="%.3f") for c in order},
+        key="identity_table",
+    )
+    window_text = f"window {cfg.window}" if cfg.window > 1 else "current state only"
+    table_downloads(
+        table,
+        "identity_accuracy",
+        key="identity_table_dl",
+        caption=f"Identity accuracy at lag k (V={cfg.vocab}, D={cfg.dim}, {window_text}, seed {cfg.seed}); chance {result.chance:.3g}.",
+        label="tab:identity-accuracy",
+    )
+st.caption(
+    f"Measured in {result.seconds:.2f} s{' (cached)' if cached else ''}: "
+    f"{cfg.n_train} training and {cfg.n_test} held-out steps, {window_text}, chance 1/V = {result.chance:.3g}."
+)

@@ -1,0 +1,41 @@
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # pragma: no cover - torch is a hard dependency
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    # GPU tests run where a CUDA device is present (`pytest -m gpu` on a GPU machine) and are
+    # reported as skipped, with the reason, everywhere else.
+    if _cuda():
+        return
+    skip = pytest.mark.skipif(True, reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    # Nothing a test does may touch a user's data folder.
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path_factory.getbasetemp() / "emalab_home"))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
