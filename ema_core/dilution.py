@@ -120,6 +120,19 @@ def _rate_columns(k: int, window: int, K: int, D: int) -> np.ndarray:
     return (np.arange(window)[:, None] * K * D + k * D + np.arange(D)[None, :]).ravel()
 
 
+def measure_footprint(cfg: DilutionConfig) -> float:
+    """Rough peak bytes of ``measure_identity(cfg)``: its largest arrays, counted once each."""
+    K, V, D, L, W = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
+    p, q = W * K * D, V * (L + 1)  # decoder inputs, one-hot targets over all lags
+    n, m = cfg.n_train, cfg.n_test
+    traces = 4 * (n + m) * (K + 1) * D
+    features = 8 * (n + m) * p  # float32, raw and standardised
+    gram = 20 * p * p  # float32 product, float64 copy, the ridge system of the largest set
+    solve = 24 * q * p  # Fᵀ Y in float32 and float64, the solution in float64 and float32
+    scores = 8 * m * q  # held-out scores, and their sum with the prior
+    return float(traces + features + gram + solve + scores)
+
+
 def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> IdentityResult:
     """Train a linear decoder to name the token at each lag; score it on held-out steps."""
     t_start = time.perf_counter()

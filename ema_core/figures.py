@@ -14,7 +14,7 @@ import vl_convert
 
 from ema_core.dilution import ALL_RATES
 
-WIDTH, HEIGHT = 420, 280
+WIDTH, HEIGHT = 420, 300
 SIR_CLIP_DB = 60.0  # α = 1 gives an infinite SIR at lag 0; drawn at the edge of the axis
 WEIGHT_FLOOR = 1e-12  # α near 1 drives far lags to 1e-70 and would squash every other curve
 # One colour per rate, in the order the rates were given, in every chart; "all rates" is dark grey.
@@ -43,13 +43,24 @@ def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
     order = _rate_order(analytic_df)
     # Log axis: zero weights (α = 1 past lag 0) have no place on it, nor do vanishing ones.
     df = analytic_df.loc[analytic_df["weight"] >= WEIGHT_FLOOR, ["rate", "alpha", "lag", "weight"]]
+    # Ticks and grid at whole decades only (at most ~7): Vega's default log grid draws every
+    # multiple of every decade, a dense mesh over a 10-decade axis.
+    lo = math.floor(math.log10(df["weight"].min())) if len(df) else -1
+    step = max(1, math.ceil(-lo / 6))
+    decades = [10.0**e for e in range(0, lo - 1, -step)]
     return (
         alt.Chart(df, width=WIDTH, height=HEIGHT, title=alt.Title(
-            "Weight of the token at lag k", subtitle="α(1−α)^k, whatever the token"))
+            "Weight of the token at lag k",
+            subtitle=f"α(1−α)^k, whatever the token (below {WEIGHT_FLOOR:g} not drawn)"))
         .mark_line(point=True)
         .encode(
             x=alt.X("lag:Q", title="lag k (steps)"),
-            y=alt.Y("weight:Q", scale=alt.Scale(type="log"), title=f"weight (log; < {WEIGHT_FLOOR:g} not drawn)"),
+            y=alt.Y(
+                "weight:Q",
+                scale=alt.Scale(type="log"),
+                axis=alt.Axis(values=decades, format="~g"),
+                title="weight (log scale)",
+            ),
             color=alt.Color("rate:N", scale=_rate_scale(order), sort=order, title="rate"),
             tooltip=[
                 alt.Tooltip("rate:N"),
@@ -103,7 +114,7 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
         .mark_line(point=True)
         .encode(
             x=alt.X("lag:Q", title="lag k (steps)"),
-            y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), title="identity accuracy (held out)"),
+            y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), title="accuracy (held out)"),
             color=alt.Color("feature:N", scale=_rate_scale(order), sort=order, title="decoder reads"),
             tooltip=[
                 alt.Tooltip("feature:N", title="decoder reads"),
@@ -113,15 +124,20 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
         )
     )
     label = f"chance 1/V = {chance:.3g}"
-    base = alt.Chart(pd.DataFrame({"chance": [chance], "label": [label]}))
-    rule = base.mark_rule(strokeDash=[6, 4], color="#888888").encode(
-        y="chance:Q", tooltip=[alt.Tooltip("label:N", title="")]
+    # The rule is labelled through a legend of its own: the curves settle onto chance, so a text
+    # label on the plot would sit under them.
+    rule = (
+        alt.Chart(pd.DataFrame({"chance": [chance], "label": [label]}))
+        .mark_rule(color="#888888", strokeWidth=1.5)
+        .encode(
+            y="chance:Q",
+            strokeDash=alt.StrokeDash(
+                "label:N", scale=alt.Scale(domain=[label], range=[[6, 4]]), legend=alt.Legend(title=None, symbolType="stroke", symbolSize=400, symbolStrokeWidth=2)
+            ),
+            tooltip=[alt.Tooltip("label:N", title="reference")],
+        )
     )
-    # Text sits just above the rule at the right edge, where the curves have usually flattened.
-    text = base.mark_text(align="right", baseline="bottom", x="width", dx=-2, dy=-2, color="#666666").encode(
-        y="chance:Q", text="label:N"
-    )
-    return alt.layer(lines, rule, text).properties(
+    return alt.layer(lines, rule).properties(
         width=WIDTH,
         height=HEIGHT,
         title=alt.Title("Measured identity at lag k", subtitle="linear decoder, scored on held-out steps"),

@@ -14,6 +14,7 @@ from ema_core.dilution import (
     effective_window,
     half_life,
     interference_energy,
+    measure_footprint,
     measure_identity,
 )
 from ema_core.figures import identity_chart, lag_weight_chart, sir_chart
@@ -29,23 +30,13 @@ LIMITS = {
     "window": (2, 32, 8),
     "seed": (0, 2**32 - 1, 0),
 }
-# The decoder's dense arrays grow as (window·K·D)² and as V·(max_lag + 1)·window·K·D; at the
-# sliders' far ends they would need tens of GB.  Past this the page explains instead of measuring,
-# so one visitor cannot take the server down.
+METRICS = (  # label, help: one per column of the metrics table
+    ("Half-life", "ln ½ / ln(1 − α): the lag at which a token's weight has halved"),
+    ("95 % window", "the fewest recent tokens that carry 95 % of the trace's weight"),
+    ("Interference α/(2−α)", "steady-state trace energy Σ w_k² = α/(2 − α) for unit-energy i.i.d. inputs"),
+)
+# Past this the page explains instead of measuring, so one visitor cannot take the server down.
 MEASURE_BUDGET_BYTES = 1.5 * 2**30
-
-
-def measure_footprint(cfg: DilutionConfig) -> float:
-    """Rough peak bytes of ``measure_identity(cfg)``: its largest arrays, counted once each."""
-    K, V, D, L, W = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
-    p, q = W * K * D, V * (L + 1)  # decoder inputs, one-hot targets over all lags
-    n, m = cfg.n_train, cfg.n_test
-    traces = 4 * (n + m) * (K + 1) * D
-    features = 8 * (n + m) * p  # float32, raw and standardised
-    gram = 20 * p * p  # float32 product, float64 copy, the ridge system of the largest set
-    solve = 24 * q * p  # Fᵀ Y in float32 and float64, the solution in float64 and float32
-    scores = 8 * m * q  # held-out scores, and their sum with the prior
-    return float(traces + features + gram + solve + scores)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -126,14 +117,18 @@ except ValidationError as err:
     st.stop()
 
 hl, ew, ie = half_life(slider_alphas), effective_window(slider_alphas), interference_energy(slider_alphas)
-cards = st.columns(len(RATES))
-for i, ((name, _), card) in enumerate(zip(RATES, cards)):
-    with card.container(border=True, key=f"rate_{name}"):
-        st.markdown(f"**{name}** · α = {slider_alphas[i]:.3f}")
-        row = st.columns(3)
-        row[0].metric("Half-life", f"{hl[i]:.2f} steps", help="ln ½ / ln(1 − α): the lag at which a token's weight has halved")
-        row[1].metric("95 % window", f"{ew[i]} steps", help="the fewest recent tokens that carry 95 % of the trace's weight")
-        row[2].metric("Interference", f"{ie[i]:.4f}", help="steady-state trace energy Σ w_k² = α/(2 − α) for unit-energy i.i.d. inputs")
+with st.container(border=True):
+    for i, (name, _) in enumerate(RATES):
+        values = (f"{hl[i]:.2f} steps", f"{ew[i]} steps", f"{ie[i]:.4f}")
+        # One row per rate, read as a table: the labels show on the first row only.
+        with st.container(key=f"rate_{name}"):
+            head, *cells = st.columns([1, 1, 1, 1], vertical_alignment="bottom")
+            head.markdown(f"**{name}** · α = {slider_alphas[i]:.3f}")
+            for cell, (label, help_text), value in zip(cells, METRICS, values):
+                cell.metric(
+                    label, value, help=help_text if i == 0 else None,
+                    label_visibility="visible" if i == 0 else "collapsed",
+                )
 if len(alphas) < len(slider_alphas):
     st.info("Two sliders are on the same rate; it is drawn and decoded once.")
 
@@ -163,6 +158,7 @@ order = list(dict.fromkeys(result.accuracy["feature"]))
 table = result.accuracy.pivot(index="lag", columns="feature", values="accuracy")[order].reset_index()
 table.columns.name = None
 
+window_text = f"window {cfg.window}" if cfg.window > 1 else "current state only"
 chart_col, table_col = st.columns([3, 2])
 with chart_col:
     chart_with_downloads(identity_chart(result.accuracy, result.chance), "identity_accuracy", key="identity")
@@ -174,7 +170,6 @@ with table_col:
         column_config={c: st.column_config.NumberColumn(format="%.3f") for c in order},
         key="identity_table",
     )
-    window_text = f"window {cfg.window}" if cfg.window > 1 else "current state only"
     table_downloads(
         table,
         "identity_accuracy",

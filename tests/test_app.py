@@ -26,7 +26,7 @@ def _ok(at: AppTest) -> AppTest:
 
 def _metrics(at: AppTest) -> dict[str, str]:
     # Three cards (fast, medium, slow) of three metrics each, in page order.
-    labels = ("Half-life", "95 % window", "Interference")
+    labels = ("Half-life", "95 % window", "Interference α/(2−α)")
     assert [m.label for m in at.metric] == list(labels) * 3
     names = [f"{rate} {label}" for rate in ("fast", "medium", "slow") for label in labels]
     return dict(zip(names, (m.value for m in at.metric)))
@@ -34,6 +34,12 @@ def _metrics(at: AppTest) -> dict[str, str]:
 
 def _charts(at: AppTest):
     return at.get("vega_lite_chart")
+
+
+def _colour_domains(at: AppTest) -> list[list[str]]:
+    # The chart's data travels as Arrow beside the spec; the colour scale names the rates.
+    specs = [json.loads(c.proto.spec) for c in _charts(at)]
+    return [s.get("layer", [s])[0]["encoding"]["color"]["scale"]["domain"] for s in specs]
 
 
 def _table(at: AppTest):
@@ -53,7 +59,7 @@ def test_page_renders(default_app):
     assert len(_charts(at)) == 3
     metrics = _metrics(at)
     assert metrics["fast Half-life"] == "1.00 steps"  # α = 0.5 halves every step
-    assert metrics["medium Interference"] == f"{0.1 / 1.9:.4f}"
+    assert metrics["medium Interference α/(2−α)"] == f"{0.1 / 1.9:.4f}"
     assert metrics["slow 95 % window"] == "149 steps"
     table = _table(at)
     assert list(table.columns) == ["lag", "α=0.5", "α=0.1", "α=0.02", ALL_RATES]
@@ -69,9 +75,10 @@ def test_page_renders(default_app):
 
 
 def test_charts_carry_the_rates(default_app):
-    specs = [c.proto.spec for c in _charts(default_app)]
-    assert all("α=0.5" in s for s in specs)
-    assert "chance 1/V" in json.dumps(json.loads(specs[2]))
+    rates = ["α=0.5", "α=0.1", "α=0.02"]
+    assert _colour_domains(default_app) == [rates, rates, rates + [ALL_RATES]]
+    identity = json.loads(_charts(default_app)[2].proto.spec)
+    assert [layer["mark"]["type"] for layer in identity["layer"]] == ["line", "rule"]
 
 
 def test_moving_alpha_fast_changes_metrics_and_measurement():
@@ -82,13 +89,13 @@ def test_moving_alpha_fast_changes_metrics_and_measurement():
     after_metrics, after_table = _metrics(at), _table(at)
     assert after_metrics["fast Half-life"] == "3.11 steps"  # ln ½ / ln 0.8
     assert after_metrics["fast Half-life"] != before_metrics["fast Half-life"]
-    assert after_metrics["fast Interference"] != before_metrics["fast Interference"]
+    assert after_metrics["fast Interference α/(2−α)"] != before_metrics["fast Interference α/(2−α)"]
     assert after_metrics["slow Half-life"] == before_metrics["slow Half-life"]
     assert "α=0.2" in after_table.columns and "α=0.5" not in after_table.columns
     # The slower fast trace keeps lag 1 readable; the measured numbers really moved.
     assert after_table.loc[1, "α=0.2"] > before_table.loc[1, "α=0.5"] + 0.05
     assert not after_table[ALL_RATES].equals(before_table[ALL_RATES])
-    assert "α=0.2" in _charts(at)[0].proto.spec
+    assert all(d[0] == "α=0.2" for d in _colour_domains(at))
 
 
 def test_window_mode_recovers_recent_lags():
@@ -124,7 +131,8 @@ def test_equal_rates_and_alpha_one():
 
 def test_smallest_settings():
     at = _app().run()
-    at.slider(key="vocab").set_value(2).slider(key="dim").set_value(1).slider(key="max_lag").set_value(1)
+    for key, value in (("vocab", 2), ("dim", 1), ("max_lag", 1)):
+        at.slider(key=key).set_value(value)
     _ok(at.run())
     assert len(_table(at)) == 2 and len(_charts(at)) == 3
 
@@ -142,7 +150,8 @@ def test_out_of_range_state_is_reset_not_raised():
 
 def test_oversized_measurement_is_refused():
     at = _app().run()
-    at.slider(key="vocab").set_value(512).slider(key="dim").set_value(256).slider(key="max_lag").set_value(128)
+    for key, value in (("vocab", 512), ("dim", 256), ("max_lag", 128)):
+        at.slider(key=key).set_value(value)
     at.toggle(key="window_mode").set_value(True)
     _ok(at.run())
     at.slider(key="window").set_value(32)
