@@ -4,8 +4,9 @@
 
 Every figure comes from the same run, because the ratios are what matter on a shared,
 noisy machine.  Unit: nanoseconds per output element, one (t, k, d) value of the traces.
-Each timing is the best of several repeats after a warm-up (JIT compilation, torch
-allocator), which estimates what the code costs rather than what the neighbours cost.
+Each timing is the best of several repeats (at least a second's worth) after a warm-up
+(JIT compilation, torch allocator): the best estimates what the code costs rather than
+what the neighbours cost.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ TARGETS = {  # key: (comparison, threshold)
     "naive_over_torch": (">=", 20.0),
     "gpu_fwd_bandwidth_fraction": (">=", 0.6),
 }
+# A fused scan reads x once (4/K bytes per float32 output) and writes each output (4 bytes).
+BYTES_PER_OUTPUT = 4 + 4 / K
 # Peak HBM bandwidth, used when the device does not report its memory clock and bus width.
 PEAK_GBPS = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0, "L40S": 864.0, "A10": 600.0, "V100": 900.0}
 
@@ -37,14 +40,17 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def best_of(fn, repeats: int, warmup: int = 1) -> float:
+def best_of(fn, repeats: int, warmup: int = 1, min_time: float = 1.0, cap: int = 200) -> float:
+    """Best time of at least ``repeats`` calls, and of as many more (up to ``cap``) as fit in
+    ``min_time`` seconds: a short call gets many chances to run while the neighbours are quiet."""
     for _ in range(warmup):
         fn()
-    best = math.inf
-    for _ in range(repeats):
+    best, n, spent = math.inf, 0, 0.0
+    while n < repeats or (spent < min_time and n < cap):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        best, n, spent = min(best, dt), n + 1, spent + dt
     return best
 
 
@@ -78,6 +84,8 @@ def machine_info() -> dict:
         "numba_threads": numba.get_num_threads(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        # 1-minute load before the run; above the core count, other work shared the CPUs.
+        "loadavg_start": round(os.getloadavg()[0], 2),
     }
 
 
@@ -88,12 +96,11 @@ def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
     alphas = np.asarray(ALPHAS, np.float64)
     x = np.random.default_rng(0).standard_normal((1, T, D), dtype=np.float32)
     n_out = T * K * D
-    res = {}
 
-    # Roofline: a fused scan must read x once (4/K bytes per output) and write each output
-    # (4 bytes).  Copy bandwidth counts read + write bytes; both source and destination are
-    # touched first so that page faults are not mistaken for bandwidth.  The faster of a
-    # single-threaded np.copyto and a parallel numba copy is used: the tighter roofline.
+    # Roofline: BYTES_PER_OUTPUT at copy bandwidth (bytes / (GB/s) = ns).  Copy bandwidth
+    # counts read + write bytes (8 per float32 element); source and destination are touched
+    # first so that page faults are not mistaken for bandwidth.  The faster of a single-
+    # threaded np.copyto and a parallel numba copy is used: the tighter roofline.
     out = np.empty((1, T, K, D), np.float32)
     out.fill(0)
     src = np.ones(n_out, np.float32)
@@ -102,24 +109,19 @@ def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
     par_copy = _par_copy_kernel()
     t_nb = best_of(lambda: par_copy(src, dst), fast)
     del src
-    bw_np, bw_nb = 2 * 4 * n_out / t_np, 2 * 4 * n_out / t_nb
-    bw = max(bw_np, bw_nb)
-    bytes_per_out = 4 + 4 / K
-    res["copy_GBps_np_copyto"] = bw_np / 1e9
-    res["copy_GBps_numba_prange"] = bw_nb / 1e9
-    res["copy_GBps_used"] = bw / 1e9
-    res["bytes_per_output"] = bytes_per_out
-    res["roofline_ns"] = bytes_per_out / bw * 1e9
+    bw = {"np_copyto": 8 * n_out / t_np / 1e9, "numba_prange": 8 * n_out / t_nb / 1e9}
+    bw["used"] = max(bw.values())
+    ns = {"roofline": BYTES_PER_OUTPUT / bw["used"]}
 
     # numba: compile on a small slice first (cache=True makes later runs start warm).
     ema_scan_numba(np.ascontiguousarray(x[:, :256]), alphas)
     log("  numba (reused out=)")
-    res["numba_ns"] = best_of(lambda: ema_scan_numba(x, alphas, out=out), fast) / n_out * 1e9
+    ns["numba_reused_out"] = best_of(lambda: ema_scan_numba(x, alphas, out=out), fast) / n_out * 1e9
     del out, dst
     gc.collect()
     # End to end: every call allocates a fresh (B, T, K, D) array and pays its page faults.
     log("  numba (fresh output)")
-    res["numba_fresh_ns"] = best_of(lambda: ema_scan_numba(x, alphas), max(2, fast // 2), warmup=0) / n_out * 1e9
+    ns["numba_fresh_out"] = best_of(lambda: ema_scan_numba(x, alphas), max(2, fast // 2), warmup=0) / n_out * 1e9
     gc.collect()
 
     # Per-rate baselines: one pass per rate over the (T, D) input, time axis first.
@@ -127,16 +129,16 @@ def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
 
     x2 = x[0]
     log("  scipy.signal.lfilter x3 rates")
-    res["lfilter_ns"] = best_of(lambda: [signal.lfilter([a], [1.0, a - 1.0], x2, axis=0) for a in ALPHAS], slow) / n_out * 1e9
+    ns["lfilter_3_rates"] = best_of(lambda: [signal.lfilter([a], [1.0, a - 1.0], x2, axis=0) for a in ALPHAS], slow) / n_out * 1e9
     gc.collect()
     import pandas as pd
 
     df = pd.DataFrame(x2)
     log("  pandas ewm x3 rates")
-    res["pandas_ns"] = best_of(lambda: [df.ewm(alpha=a, adjust=False).mean() for a in ALPHAS], slow) / n_out * 1e9
+    ns["pandas_ewm_3_rates"] = best_of(lambda: [df.ewm(alpha=a, adjust=False).mean() for a in ALPHAS], slow) / n_out * 1e9
     del df, x, x2
     gc.collect()
-    return res
+    return ns, bw
 
 
 def _loss(y, h):
@@ -163,8 +165,8 @@ def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
         xg.grad = None
 
     log("  torch chunked scan: forward, forward+backward")
-    res = {"torch_fwd_ns": best_of(fwd, fast, warmup=2) / n_out * 1e9,
-           "torch_fwd_bwd_ns": best_of(fwd_bwd, fast, warmup=2) / n_out * 1e9}
+    ns = {"torch_fwd": best_of(fwd, fast, warmup=2) / n_out * 1e9,
+          "torch_fwd_bwd": best_of(fwd_bwd, fast, warmup=2) / n_out * 1e9}
 
     # What one would write without a scan kernel: a Python loop over time, all K rates at
     # once, differentiated by autograd step by step.
@@ -181,8 +183,8 @@ def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
         xn.grad = None
 
     log(f"  naive per-step torch loop (T={T_naive})")
-    res["naive_fwd_bwd_ns"] = best_of(naive, max(2, fast // 2)) / (B * T_naive * K * D) * 1e9
-    return res
+    ns["naive_loop_fwd_bwd"] = best_of(naive, max(2, fast // 2)) / (B * T_naive * K * D) * 1e9
+    return ns
 
 
 def _peak_gbps(props) -> tuple[float | None, str]:
@@ -249,7 +251,7 @@ def run(quick: bool, T_override: int | None) -> dict:
     D = 64
     tB, tT, tD = 8, min(1024, T), 256
     # The naive loop is not shortened in quick mode: its backward costs more per step as T
-    # grows (measured: ~12 ns/output at T=128, ~45 at T=1024), so a short T would flatter it.
+    # grows (measured: 3-4x more per output at T=1024 than at T=128), so a short T flatters it.
     T_naive = min(1024, T)
     fast, slow = (3, 2) if quick else (7, 3)
     report = {"machine": machine_info(), "quick": quick}
@@ -260,30 +262,19 @@ def run(quick: bool, T_override: int | None) -> dict:
         "alphas": list(ALPHAS),
     }
     log(f"CPU scan, (1, {T}, {D}) x {K} rates")
-    cpu = bench_cpu_scan(T, D, fast, slow)
+    ns, bw = bench_cpu_scan(T, D, fast, slow)
     log(f"torch CPU, ({tB}, {tT}, {tD}) x {K} rates")
-    tor = bench_torch_cpu(tB, tT, tD, T_naive, fast)
-    report["ns_per_output"] = {
-        "roofline": cpu["roofline_ns"],
-        "numba_reused_out": cpu["numba_ns"],
-        "numba_fresh_out": cpu["numba_fresh_ns"],
-        "lfilter_3_rates": cpu["lfilter_ns"],
-        "pandas_ewm_3_rates": cpu["pandas_ns"],
-        "torch_fwd": tor["torch_fwd_ns"],
-        "torch_fwd_bwd": tor["torch_fwd_bwd_ns"],
-        "naive_loop_fwd_bwd": tor["naive_fwd_bwd_ns"],
-    }
-    report["copy_bandwidth_GBps"] = {"np_copyto": cpu["copy_GBps_np_copyto"],
-                                     "numba_prange": cpu["copy_GBps_numba_prange"], "used": cpu["copy_GBps_used"]}
-    report["bytes_per_output"] = cpu["bytes_per_output"]
+    ns.update(bench_torch_cpu(tB, tT, tD, T_naive, fast))
+    report.update(ns_per_output=ns, copy_bandwidth_GBps=bw, bytes_per_output=BYTES_PER_OUTPUT)
     # Ratios use the reused-buffer numba figure (the kernel); the fresh one is end to end.
-    report["numba_over_roofline"] = cpu["numba_ns"] / cpu["roofline_ns"]
-    report["numba_fresh_over_roofline"] = cpu["numba_fresh_ns"] / cpu["roofline_ns"]
-    report["lfilter_over_numba"] = cpu["lfilter_ns"] / cpu["numba_ns"]
-    report["pandas_over_numba"] = cpu["pandas_ns"] / cpu["numba_ns"]
-    report["lfilter_over_numba_fresh"] = cpu["lfilter_ns"] / cpu["numba_fresh_ns"]
-    report["pandas_over_numba_fresh"] = cpu["pandas_ns"] / cpu["numba_fresh_ns"]
-    report["naive_over_torch"] = tor["naive_fwd_bwd_ns"] / tor["torch_fwd_bwd_ns"]
+    nb, fresh = ns["numba_reused_out"], ns["numba_fresh_out"]
+    report["numba_over_roofline"] = nb / ns["roofline"]
+    report["numba_fresh_over_roofline"] = fresh / ns["roofline"]
+    report["lfilter_over_numba"] = ns["lfilter_3_rates"] / nb
+    report["pandas_over_numba"] = ns["pandas_ewm_3_rates"] / nb
+    report["lfilter_over_numba_fresh"] = ns["lfilter_3_rates"] / fresh
+    report["pandas_over_numba_fresh"] = ns["pandas_ewm_3_rates"] / fresh
+    report["naive_over_torch"] = ns["naive_loop_fwd_bwd"] / ns["torch_fwd_bwd"]
     import torch
 
     report["gpu"] = None
@@ -297,6 +288,7 @@ def run(quick: bool, T_override: int | None) -> dict:
               "pass": bool(report[key] <= thr if op == "<=" else report[key] >= thr)}
         for key, (op, thr) in TARGETS.items() if key in report
     }
+    report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 2)
     report["seconds"] = time.perf_counter() - t_start
     return report
 
@@ -306,7 +298,8 @@ def print_table(r: dict) -> None:
     cs, ts, nv = s["numba_lfilter_pandas"], s["torch_cpu"], s["naive_torch_loop"]
     print(f"EMA scan benchmark{' (quick)' if r['quick'] else ''}: {m['cpu']}, {m['cores']} cores, "
           f"numba {m['numba']} ({m['numba_threads']} threads), torch {m['torch']} ({m['torch_threads']} threads)")
-    print(f"alphas {s['alphas']}; ns per output element (one (t, k, d) value of the traces)\n")
+    print(f"load average {m['loadavg_start']} -> {m['loadavg_end']}; alphas {s['alphas']}; "
+          "ns per output element (one (t, k, d) value of the traces)\n")
     rows = [
         (f"roofline: {r['bytes_per_output']:.2f} B/output at {r['copy_bandwidth_GBps']['used']:.1f} GB/s copy", ns["roofline"]),
         (f"numba fused, reused out=   (1, {cs['T']}, {cs['D']})", ns["numba_reused_out"]),
@@ -329,7 +322,8 @@ def print_table(r: dict) -> None:
     if g:
         print(f"\n  GPU {g['device']} {tuple(g['shape'])}, peak {g['peak_GBps']} GB/s ({g['peak_source']})")
         for lab in ("fp32", "bf16"):
-            print(f"    {lab}: forward {g[f'{lab}_fwd_ms']:.2f} ms ({g[f'{lab}_fwd_GBps']:.0f} GB/s), "
+            print(f"    {lab}: forward {g[f'{lab}_fwd_ms']:.2f} ms ({g[f'{lab}_fwd_GBps']:.0f} GB/s, "
+                  f"{g[f'{lab}_fwd_bandwidth_fraction'] or float('nan'):.2f} of peak), "
                   f"forward+backward {g[f'{lab}_fwd_bwd_ms']:.2f} ms")
     print("\ntargets")
     for key, t in r["targets"].items():

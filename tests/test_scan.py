@@ -328,3 +328,42 @@ def test_cuda_bf16_accumulates_in_float32():
     assert traces.dtype == torch.bfloat16 and last.dtype == torch.float32
     ref, ref_last = ema_scan_reference(x.double().cpu().numpy(), RATES)
     np.testing.assert_allclose(last.cpu().numpy(), ref_last, rtol=1e-4, atol=1e-5)
+
+
+# --- the numba path's time segments (used when the batch cannot feed every thread) ---------------
+
+
+@pytest.mark.parametrize("segments", [2, 3, 7])
+@pytest.mark.parametrize("density", [0.0, 0.002, 0.05])
+@pytest.mark.parametrize("dtype,rtol,atol", [(np.float64, 1e-11, 1e-13), (np.float32, 2e-5, 2e-6)])
+def test_numba_time_segments_agree(rng, segments, density, dtype, rtol, atol):
+    from ema_core.scan.numba_cpu import ema_scan_numba
+
+    alphas = np.array([0.5, 0.1, 0.02, 0.001, 1.0])
+    x, h0, reset = _inputs(rng, 2, 3001, 5, K=5, dtype=dtype, resets=density)
+    ref, ref_last = ema_scan_reference(x, alphas, h0, reset)
+    traces, last = ema_scan_numba(x, alphas, h0, reset, segments=segments)
+    np.testing.assert_allclose(traces, ref, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(last, ref_last, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("where", [5, 1000, 1999])
+def test_numba_time_segments_catch_nan(rng, where):
+    from ema_core.scan.numba_cpu import ema_scan_numba
+
+    x = rng.standard_normal((1, 3000, 4))
+    x[0, where, 1] = np.nan
+    reset = np.zeros((1, 3000), bool)
+    reset[0, [1000, 2000, 2500]] = True  # segment starts and a reset later on
+    for r in (None, reset):
+        with pytest.raises(ValueError, match="non-finite"):
+            ema_scan_numba(x, np.array([0.5, 0.02]), reset=r, segments=3)
+
+
+def test_numba_plans_time_segments_for_a_single_long_stream():
+    from ema_core.scan.numba_cpu import MIN_SEGMENT, _plan
+
+    assert _plan(1, 4 * MIN_SEGMENT, 64, 2) == (64, 2)
+    assert _plan(8, 4 * MIN_SEGMENT, 64, 2) == (64, 1)
+    assert _plan(1, 100, 64, 2) == (64, 1)
+    assert _plan(1, 4 * MIN_SEGMENT, 1024, 2) == (512, 1)
