@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import linalg, sparse
+from scipy import linalg
+from threadpoolctl import ThreadpoolController
 
 from ema_core.config import DilutionConfig
+from ema_core.jit import njit, prange
 from ema_core.scan import ema_scan, validate_alphas
 
 
@@ -120,6 +122,18 @@ def _rate_columns(k: int, window: int, K: int, D: int) -> np.ndarray:
     return (np.arange(window)[:, None] * K * D + k * D + np.arange(D)[None, :]).ravel()
 
 
+@njit(parallel=True, cache=True, nogil=True)
+def _label_sums(F, tokens, rows, out):
+    # out[lag, v] = Σ of F[i] over training rows i whose token lag steps back is v: the raw
+    # Fᵀ Y for one-hot targets, without building Y.  Parallel over lags (no write conflicts).
+    n, p = F.shape
+    for lag in prange(out.shape[0]):
+        for i in range(n):
+            row = out[lag, tokens[rows[i] - lag]]
+            for j in range(p):
+                row[j] += F[i, j]
+
+
 def measure_footprint(cfg: DilutionConfig) -> float:
     """Rough peak bytes of ``measure_identity(cfg)``: its largest arrays, counted once each."""
     K, V, D, L, W = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
@@ -138,6 +152,25 @@ def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> Identity
     t_start = time.perf_counter()
     if cfg is None or overrides:  # build (and validate) from the given config plus any overrides
         cfg = DilutionConfig(**{**(cfg.model_dump() if cfg else {}), **overrides})
+    # The matrices here are small (p ≤ a few hundred at the page's defaults): BLAS threads cost
+    # more in hand-offs than they return, and they fight numba's threads for 2 cores
+    # (measured: median 120 ms with 2 BLAS threads, 70 ms with 1).
+    with _blas_limit(1):
+        frame = _measure(cfg)
+    return IdentityResult(cfg, frame, 1.0 / cfg.vocab, time.perf_counter() - t_start)
+
+
+def _blas_limit(n: int):
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()  # inspecting the loaded libraries once is the slow part
+    return _BLAS.limit(limits=n, user_api="blas")
+
+
+_BLAS = None
+
+
+def _measure(cfg: DilutionConfig) -> pd.DataFrame:
     a = np.asarray(cfg.alphas, dtype=np.float64)
     K, V, D, L, Wn = a.size, cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
     rng = np.random.default_rng(cfg.seed)
@@ -151,34 +184,40 @@ def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> Identity
 
     steps = np.arange(first, T)
     train, test = steps[: cfg.n_train], steps[cfg.n_train :]
-    F = _features(traces, train, Wn, K, D)
-    Ft = _features(traces, test, Wn, K, D)
-    mu, sd = F.mean(0), F.std(0) + 1e-12
-    F = (F - mu) / sd
-    Ft = (Ft - mu) / sd
+    F = _features(traces, train, Wn, K, D)  # (n, p) raw trace states
+    Ft = _features(traces, test, Wn, K, D)  # (m, p)
+    n, m, p, q = len(train), len(test), F.shape[1], V * (L + 1)
 
-    # One-hot targets for every lag side by side: column lag·V + token.  Centring them and the
-    # features fits an intercept; the solve is shared by all lags.
-    n = len(train)
-    lag_cols = np.arange(L + 1)
-    cols = (lag_cols[None, :] * V + tokens[train[:, None] - lag_cols[None, :]]).ravel()
-    Y = sparse.csr_matrix((np.ones(n * (L + 1), np.float32), (np.repeat(np.arange(n), L + 1), cols)), shape=(n, V * (L + 1)))
-    prior = np.asarray(Y.mean(0)).ravel()  # (V·(L+1),) class frequencies per lag
-    FtY = np.asarray((Y.T @ F).T, dtype=np.float64)  # (p, V·(L+1)); F is centred, so FᵀȲ = 0
-    gram = (F.T @ F).astype(np.float64)
-    truth = tokens[test[:, None] - lag_cols[None, :]]  # (n_test, L + 1)
+    # Targets: one-hot of the token at every lag side by side, column lag·V + token, so one
+    # solve serves all lags.  Standardising the features and centring both sides (an intercept)
+    # is folded into the algebra instead of run as passes over F: the standardised Gram, FᵀY
+    # and the held-out scores all follow from the raw products and (μ, σ).
+    mu = F.mean(0, dtype=np.float64)
+    gram = (F.T @ F).astype(np.float64) - n * np.outer(mu, mu)  # centred Fᵀ F
+    sd = np.sqrt(np.maximum(np.diag(gram), 0.0) / n) + 1e-12
+    gram /= np.outer(sd, sd)
+    sums = np.zeros((L + 1, V, p), np.float32)
+    _label_sums(F, tokens, train, sums)  # Σ of raw feature rows per (lag, token)
+    counts = np.bincount((np.arange(L + 1)[None, :] * V + tokens[train[:, None] - np.arange(L + 1)]).ravel(), minlength=q)
+    FtY = (sums.reshape(q, p) - counts[:, None] * mu) / sd  # (q, p): centred, standardised Fᵀ Y
+    prior = counts / n  # class frequencies per lag: the intercept
+    Ft1 = np.empty((m, p + 1), np.float32)  # a column of ones carries the intercept in the matmul
+    Ft1[:, :p], Ft1[:, p] = Ft, 1.0
+    truth = tokens[test[:, None] - np.arange(L + 1)[None, :]]  # (m, L + 1)
 
     feature_sets = [(rate_label(alpha), _rate_columns(k, Wn, K, D)) for k, alpha in enumerate(a)]
     if K > 1:
-        feature_sets.append((ALL_RATES, np.arange(Wn * K * D)))
+        feature_sets.append((ALL_RATES, np.arange(p)))
     rows = []
     for name, c in feature_sets:
-        A = gram[np.ix_(c, c)]
-        A[np.diag_indices_from(A)] += cfg.ridge * n
-        Wsol = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), FtY[c], check_finite=False)
-        scores = Ft[:, c] @ Wsol.astype(np.float32) + prior  # (n_test, V·(L+1))
-        pred = scores.reshape(len(test), L + 1, V).argmax(-1)
-        acc = (pred == truth).mean(0)
+        A = gram[np.ix_(c, c)].astype(np.float32)
+        A[np.diag_indices_from(A)] += cfg.ridge * n  # the ridge keeps A well conditioned for float32
+        Wsol = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), FtY[:, c].T.astype(np.float32), check_finite=False)
+        # scores = ((Ft − μ)/σ) W + prior = Ft (W/σ) + (prior − (μ/σ) W)
+        W1 = np.empty((len(c) + 1, q), np.float32)
+        W1[:-1] = Wsol / sd[c, None]
+        W1[-1] = prior - (mu[c] / sd[c]) @ Wsol
+        scores = Ft1[:, np.append(c, p)] @ W1  # (m, q)
+        acc = (scores.reshape(m, L + 1, V).argmax(-1) == truth).mean(0)
         rows.extend((name, lag, float(acc[lag])) for lag in range(L + 1))
-    frame = pd.DataFrame(rows, columns=["feature", "lag", "accuracy"])
-    return IdentityResult(cfg, frame, 1.0 / V, time.perf_counter() - t_start)
+    return pd.DataFrame(rows, columns=["feature", "lag", "accuracy"])

@@ -7,55 +7,9 @@ Outputs are allocated by numpy and passed in: allocating them inside ``@njit`` w
 """
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import numpy as np
 
-
-def _writable(folder: Path) -> bool:
-    # Probe by writing: os.access() says yes to root even on read-only mounts.
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-        return True
-    except OSError:
-        return False
-
-
-def numba_cache_dir() -> str | None:
-    """Where numba will keep this module's JIT cache, choosing a fallback if needed.
-
-    numba caches next to the source (``__pycache__``) and otherwise in a user cache
-    folder; when neither is writable (a read-only install with a read-only home)
-    ``cache=True`` fails at import with "no locator available".  We keep the
-    in-tree cache when it works and otherwise point numba at the first writable
-    folder among $NUMBA_CACHE_DIR, $EMALAB_HOME/cache/numba, ~/.cache/emalab/numba
-    and the system temp folder.  Returns the folder chosen, or None for in-tree.
-    """
-    import numba
-
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return os.environ["NUMBA_CACHE_DIR"]
-    if _writable(Path(__file__).resolve().parent / "__pycache__"):
-        return None
-    candidates = []
-    if os.environ.get("EMALAB_HOME"):
-        candidates.append(Path(os.environ["EMALAB_HOME"]) / "cache" / "numba")
-    candidates.append(Path.home() / ".cache" / "emalab" / "numba")
-    candidates.append(Path(tempfile.gettempdir()) / f"emalab-numba-{os.getuid()}")
-    for folder in candidates:
-        if _writable(folder):
-            numba.config.CACHE_DIR = str(folder)
-            return str(folder)
-    return None  # nothing writable: numba will say so
-
-
-CACHE_DIR = numba_cache_dir()
-
-from numba import get_num_threads, njit, prange  # noqa: E402  (after the cache folder is set)
+from ema_core.jit import CACHE_DIR, get_num_threads, njit, prange  # noqa: F401  (CACHE_DIR: where the JIT cache lives)
 
 
 @njit(parallel=True, cache=True, nogil=True)
