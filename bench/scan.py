@@ -145,15 +145,13 @@ def _loss(y, h):
     return y.sum() + h.sum()
 
 
-def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
+def _torch_steps(x):
+    """(forward, forward + backward) closures of the torch scan on x, for timing."""
     import torch
 
     from ema_core.scan.torch_scan import ema_scan_torch
 
-    torch.manual_seed(0)
-    x = torch.randn(B, T, D)
     xg = x.clone().requires_grad_(True)
-    n_out = B * T * K * D
 
     def fwd():
         with torch.no_grad():
@@ -163,6 +161,17 @@ def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
         y, h = ema_scan_torch(xg, ALPHAS)
         _loss(y, h).backward()
         xg.grad = None
+
+    return fwd, fwd_bwd
+
+
+def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(B, T, D)
+    n_out = B * T * K * D
+    fwd, fwd_bwd = _torch_steps(x)
 
     log("  torch chunked scan: forward, forward+backward")
     ns = {"torch_fwd": best_of(fwd, fast, warmup=2) / n_out * 1e9,
@@ -204,8 +213,6 @@ def bench_gpu(fast: int) -> dict:
     """The torch path on CUDA: achieved bandwidth of the forward against the device's peak."""
     import torch
 
-    from ema_core.scan.torch_scan import ema_scan_torch
-
     B, T, D = 16, 8192, 1024
     props = torch.cuda.get_device_properties(0)
     peak, source = _peak_gbps(props)
@@ -220,16 +227,7 @@ def bench_gpu(fast: int) -> dict:
 
     for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         x = torch.randn(B, T, D, device="cuda", dtype=dtype)
-        xg = x.clone().requires_grad_(True)
-
-        def fwd():
-            with torch.no_grad():
-                ema_scan_torch(x, ALPHAS)
-
-        def fwd_bwd():
-            y, h = ema_scan_torch(xg, ALPHAS)
-            _loss(y, h).backward()
-            xg.grad = None
+        fwd, fwd_bwd = _torch_steps(x)
 
         log(f"  gpu {label}")
         t_f = timed(fwd)
@@ -240,7 +238,7 @@ def bench_gpu(fast: int) -> dict:
         res[f"{label}_fwd_ns"] = t_f / (x.numel() * K) * 1e9
         res[f"{label}_fwd_GBps"] = moved / t_f / 1e9
         res[f"{label}_fwd_bandwidth_fraction"] = None if peak is None else moved / t_f / 1e9 / peak
-        del x, xg
+        del x, fwd, fwd_bwd
         torch.cuda.empty_cache()
     return res
 
