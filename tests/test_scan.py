@@ -198,6 +198,23 @@ def test_gradients_match_autograd_through_the_loop(dtype, tol):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("with_reset", [False, True])
+def test_broadcast_gradients_match_the_loop(with_reset):
+    # y.sum() hands the backward a stride-0 gradient (a separate code path from dense ones)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(2, 150, 4, dtype=torch.float64, generator=g)
+    h0 = torch.randn(2, 3, 4, dtype=torch.float64, generator=g)
+    reset = (torch.rand(2, 150, generator=g) < 0.05) if with_reset else None
+    grads = []
+    for fn in (lambda x, h: ema_scan_torch(x, RATES, h, reset, chunk=8), lambda x, h: _loop_in_torch(x, RATES, h, reset)):
+        xx, hh = x.clone().requires_grad_(), h0.clone().requires_grad_()
+        traces, last = fn(xx, hh)
+        (traces.sum() + 3 * last.sum()).backward()
+        grads.append((xx.grad, hh.grad))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
 def test_gradient_flows_only_to_what_requires_it():
     x = torch.randn(1, 10, 2, requires_grad=True)
     h0 = torch.randn(1, 3, 2)  # no grad

@@ -206,10 +206,16 @@ class _EMAScan(torch.autograd.Function):
         alpha, reset = ctx.saved_tensors
         reset = reset if ctx.has_reset else None
         want_h0 = ctx.needs_input_grad[1]
-        # A loss like y.sum() hands back a stride-0 gradient; bmm would copy it slice by slice.
-        g_y = g_y.contiguous()
+        if not g_y.is_contiguous():
+            # A loss like y.sum() hands back a stride-0 gradient, which bmm would copy slice by
+            # slice: make one dense copy, and since it is ours, ∂L/∂h_last (the last step's
+            # state) joins it in place for free.
+            g_y = g_y.contiguous()
+            if g_last is not None:
+                g_y[:, -1] += g_last
+                g_last = None
         dx, dh0 = _scan_core_adjoint(g_y, 1 - alpha, alpha, reset, want_h0, True, ctx.chunk)
-        if g_last is not None:
+        if g_last is not None:  # the gradient is someone else's: never copy it to add one row
             dx_last, dh0_last = _last_step_adjoint(g_last, alpha, reset, g_y.shape[1])
             dx = dx.add_(dx_last) if dx.is_contiguous() else dx + dx_last
             dh0 = dh0 + dh0_last if want_h0 else None
