@@ -97,6 +97,17 @@ def _wait_for_charts(page, n: int = 3) -> None:
     )
 
 
+def _wait_until_settled(page) -> None:
+    # The screenshot should show the page as a person sees it: download buttons drawn (they
+    # arrive after the charts) and no element still greyed out as stale by a running rerun.
+    page.get_by_role("button", name="LaTeX").wait_for(timeout=60_000)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-stale=\"true\"]') && document.querySelectorAll('[data-testid=\"stDownloadButton\"]').length >= 9",
+        timeout=60_000,
+    )
+    page.wait_for_timeout(500)
+
+
 def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     # Tall enough that the whole page is in view: Streamlit scrolls an inner element, so a
@@ -110,6 +121,7 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
         page.get_by_text("Measured in").wait_for(timeout=60_000)
         before = page.locator(FAST_HALF_LIFE).first.inner_text()
         assert before == "1.00 steps"  # α = 0.5
+        _wait_until_settled(page)
         page.screenshot(path=str(SHOTS / "dilution.png"))
 
         slider = page.get_by_role("slider", name="α fast")
@@ -133,6 +145,7 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
         )
         _wait_for_charts(page)
         assert page.locator(CHARTS).count() == 3
+        _wait_until_settled(page)
         page.screenshot(path=str(SHOTS / "dilution_after.png"))
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
