@@ -1,0 +1,1 @@
+"""Background jobs: run folders, the local and Ray runners, the experiment registry and the CLI."""

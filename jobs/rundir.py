@@ -1,0 +1,336 @@
+"""A run folder: everything a worker writes, and the only thing it writes.
+
+Workers never open the DuckDB store (one process may hold it read-write, and then nobody else may
+open it at all).  They write their run folder; ``store.ingest`` is the only writer of the store.
+
+Layout of ``$EMALAB_HOME/runs/<run_id>/``::
+
+    config.json     {"run_id", "kind", "config", "seed", "created", "code_version", "host"}
+                    written once, atomically
+    status.json     {"state", "pid", "backend", "started", "ended", "heartbeat", "progress",
+                     "eta_s", "message", "step"}  replaced atomically on every update
+    events.jsonl    one JSON object per line {"seq", "step", "time", "metrics": {key: value}},
+                    append-only; ``seq`` counts from 0 and makes ingest idempotent
+    result.json     the final result {"summary": {...}, "tables": {name: [row, ...]}}, atomic
+    checkpoints/    step-<n>.pt, written atomically, the newest few kept
+    log.txt         the worker's stdout/stderr
+    cancel          present when a cancel was requested
+
+States: queued → running → done | failed | cancelled; "running" with a dead process is detected by
+the runner and marked "crashed" (resumable, like failed and cancelled).
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+STATES = ("queued", "running", "done", "failed", "cancelled", "crashed")
+FINAL_STATES = ("done", "failed", "cancelled", "crashed")
+RESUMABLE_STATES = ("failed", "cancelled", "crashed")
+KEEP_CHECKPOINTS = 2
+
+
+class StorageError(RuntimeError):
+    """The data folder cannot be written (read-only, full, …); nothing was half-written."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be loaded."""
+
+
+def emalab_home() -> Path:
+    """The data folder: $EMALAB_HOME, or ``emalab_home/`` inside the project checkout."""
+    env = os.environ.get("EMALAB_HOME")
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / "emalab_home"
+
+
+def runs_root(home: Path | None = None) -> Path:
+    return (home or emalab_home()) / "runs"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def run_id_for(kind: str, config: dict, seed: int) -> str:
+    """Derived from the config and seed, so the same run is recognised rather than repeated."""
+    digest = hashlib.sha256(canonical_json({"kind": kind, "config": config, "seed": seed}).encode()).hexdigest()
+    return f"{kind}-{digest[:12]}-s{seed}"
+
+
+def code_version() -> str:
+    """The checkout's commit (with +dirty when changed), or the package version outside git."""
+    root = Path(__file__).resolve().parents[1]
+    head = root / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            sha = (root / ".git" / ref[5:]).read_text().strip()
+        else:
+            sha = ref
+        return sha[:12]
+    except OSError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("emalab")
+        except PackageNotFoundError:
+            return "unknown"
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``path`` so that readers see the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise StorageError(_explain(exc, path)) from exc
+
+
+def _explain(exc: OSError, path: Path) -> str:
+    if exc.errno == errno.ENOSPC:
+        return f"the data folder is full: could not write {path}"
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"the data folder is not writable: could not write {path}"
+    return f"could not write {path}: {exc.strerror or exc}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def for_id(cls, run_id: str, home: Path | None = None) -> "RunDir":
+        if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
+            raise ValueError(f"run id must be a plain name, got {run_id!r}")
+        return cls(runs_root(home) / run_id)
+
+    # -- files ------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def result_path(self) -> Path:
+        return self.path / "result.json"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "log.txt"
+
+    @property
+    def cancel_path(self) -> Path:
+        return self.path / "cancel"
+
+    def exists(self) -> bool:
+        return self.config_path.exists()
+
+    # -- config and status -------------------------------------------------------------------
+    def create(self, kind: str, config: dict, seed: int) -> dict:
+        """Write config.json and a queued status; an existing identical run is left as it is."""
+        record = {"run_id": self.run_id, "kind": kind, "config": config, "seed": seed, "created": now_iso(),
+                  "code_version": code_version(), "host": socket.gethostname()}
+        if self.exists():
+            old = self.read_config()
+            if (old["kind"], old["config"], old["seed"]) != (kind, config, seed):
+                raise ValueError(f"run folder {self.run_id} holds a different config")
+            return old
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(_explain(exc, self.path)) from exc
+        atomic_write(self.config_path, json.dumps(record, indent=2, sort_keys=True))
+        self.write_status(state="queued", progress=0.0)
+        return record
+
+    def read_config(self) -> dict:
+        return json.loads(self.config_path.read_text())
+
+    def read_status(self) -> dict:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+    def write_status(self, **fields: Any) -> dict:
+        status = self.read_status()
+        status.update(fields)
+        status["updated"] = now_iso()
+        atomic_write(self.status_path, json.dumps(status, sort_keys=True))
+        return status
+
+    # -- events ------------------------------------------------------------------------------
+    def append_events(self, events: list[dict]) -> None:
+        """Append complete lines (each ends in a newline: a reader skips an unterminated tail)."""
+        if not events:
+            return
+        data = "".join(canonical_json(e) + "\n" for e in events)
+        try:
+            with open(self.events_path, "a", encoding="utf-8") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise StorageError(_explain(exc, self.events_path)) from exc
+
+    def read_events(self, offset: int = 0) -> tuple[list[dict], int, int]:
+        """Events after byte ``offset``: (events, new offset, malformed lines skipped).
+
+        Only newline-terminated lines are read, so a line being written (or cut by a crash) is
+        left for later; a complete line that is not valid JSON is counted and skipped.
+        """
+        try:
+            with open(self.events_path, "rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return [], offset, 0
+        end = chunk.rfind(b"\n") + 1
+        events, bad = [], 0
+        for line in chunk[:end].splitlines():
+            try:
+                event = json.loads(line)
+                if not isinstance(event, dict) or "seq" not in event:
+                    raise ValueError
+                events.append(event)
+            except ValueError:
+                bad += 1
+        return events, offset + end, bad
+
+    def next_seq(self) -> int:
+        events, _, _ = self.read_events()
+        return max((int(e["seq"]) for e in events), default=-1) + 1
+
+    # -- result --------------------------------------------------------------------------------
+    def write_result(self, result: dict) -> None:
+        atomic_write(self.result_path, json.dumps(result, sort_keys=True))
+
+    def read_result(self) -> dict | None:
+        try:
+            return json.loads(self.result_path.read_text())
+        except FileNotFoundError:
+            return None
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        found = []
+        for p in self.checkpoint_dir.glob("step-*.pt"):
+            with contextlib.suppress(ValueError):
+                found.append((int(p.stem.split("-", 1)[1]), p))
+        return sorted(found)
+
+    def save_checkpoint(self, step: int, state: dict) -> Path:
+        """torch.save to a temporary file, then rename: a crash never leaves a torn checkpoint."""
+        import io
+
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        path = self.checkpoint_dir / f"step-{step:09d}.pt"
+        atomic_write(path, buf.getvalue())
+        for _, old in self.checkpoints()[:-KEEP_CHECKPOINTS]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+        return path
+
+    def load_checkpoint(self, path: Path) -> dict:
+        """Load with ``weights_only=True``: a checkpoint is data, never code to run."""
+        import torch
+
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for a bad file
+            raise CheckpointError(f"checkpoint {path.name} of run {self.run_id} cannot be loaded: {exc}") from exc
+
+    def latest_checkpoint(self) -> tuple[int, dict] | None:
+        ckpts = self.checkpoints()
+        if not ckpts:
+            return None
+        step, path = ckpts[-1]
+        return step, self.load_checkpoint(path)
+
+    # -- cancel --------------------------------------------------------------------------------
+    def request_cancel(self) -> None:
+        atomic_write(self.cancel_path, now_iso())
+
+    def cancel_requested(self) -> bool:
+        return self.cancel_path.exists()
+
+    def clear_cancel(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.cancel_path.unlink()
+
+
+def iter_run_dirs(home: Path | None = None) -> Iterator[RunDir]:
+    root = runs_root(home)
+    if not root.is_dir():
+        return
+    for child in sorted(root.iterdir()):
+        rd = RunDir(child)
+        if rd.exists():
+            yield rd
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) still answers kill(0): look closer.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
