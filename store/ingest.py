@@ -1,0 +1,343 @@
+"""Ingest: the only code that writes the store.
+
+It reads run folders (``jobs.rundir``) and copies what is new into DuckDB: the run's row (status,
+times, summary), the events appended since the byte offset it stopped at last time, and the typed
+result tables once ``result.json`` appears.  Everything for one run goes in one transaction with
+the new offset, so a kill at any moment leaves the rows and the offset of the previous pass, and
+the next pass picks up from there.  Metric rows are keyed by ``(run_id, seq, key)`` and inserted
+with ``ON CONFLICT DO NOTHING``: reading an event twice never doubles it.
+
+The write lock is held for one batch of runs at a time (about ``max_hold_s``), so readers get in
+between batches when there are many runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import numbers
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+import pandas as pd
+
+from jobs.rundir import RunDir, canonical_json, emalab_home, iter_run_dirs
+
+from . import schema
+from .db import _storage_problem, open_store
+
+_RUN_COLUMNS = ("kind", "config", "seed", "status", "created_at", "started_at", "ended_at",
+                "code_version", "host", "summary", "message")
+
+
+class ResultError(ValueError):
+    """A result.json whose tables do not have the shape the store expects."""
+
+
+def _new_report() -> dict:
+    return {"runs_seen": 0, "runs_updated": 0, "events": 0, "metric_rows": 0, "bad_lines": 0,
+            "skipped_values": 0, "results": 0, "unknown_tables": {}, "errors": []}
+
+
+def ingest(home: Path | None = None, run_ids: Iterable[str] | None = None, *,
+           timeout: float | None = None, max_hold_s: float = 0.5) -> dict:
+    """Bring the store up to date with the run folders (all, or those in ``run_ids``).
+
+    Returns a report: runs seen and updated, events and metric rows added, malformed event lines
+    skipped, results ingested, unknown result tables (per run) and per-run errors.  A problem with
+    one run is reported and does not stop the others; a data folder that cannot be written raises
+    ``StorageError``; a store held too long by others raises ``StoreBusy``.
+    """
+    home = Path(home or emalab_home())
+    report = _new_report()
+    dirs = list(iter_run_dirs(home))
+    if run_ids is not None:
+        wanted = {run_ids} if isinstance(run_ids, str) else set(run_ids)
+        found = {rd.run_id for rd in dirs}
+        report["errors"] += [{"run_id": r, "error": "no such run folder"} for r in sorted(wanted - found)]
+        dirs = [rd for rd in dirs if rd.run_id in wanted]
+    report["runs_seen"] = len(dirs)
+    if not dirs:
+        return report
+    i = 0
+    while i < len(dirs):
+        with open_store(readonly=False, home=home, timeout=timeout) as conn:
+            known = _known_state(conn, [rd.run_id for rd in dirs[i:]])
+            held_since = time.monotonic()
+            while i < len(dirs):
+                rd = dirs[i]
+                i += 1
+                _ingest_run(conn, rd, known.get(rd.run_id), report)
+                if time.monotonic() - held_since > max_hold_s:
+                    break  # let readers in before the next batch
+    return report
+
+
+def _known_state(conn: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, tuple]:
+    rows = conn.execute(
+        f"""SELECT r.run_id, {', '.join('r.' + c for c in _RUN_COLUMNS)},
+                   s.events_offset, s.result_ingested, s.bad_lines
+            FROM runs r LEFT JOIN ingest_state s USING (run_id)
+            WHERE r.run_id IN (SELECT unnest(?::VARCHAR[]))""",
+        [run_ids],
+    ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+# -- one run ------------------------------------------------------------------------------------------
+
+def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None, report: dict) -> None:
+    def fail(msg: str) -> None:
+        report["errors"].append({"run_id": rd.run_id, "error": msg})
+
+    try:
+        cfg = rd.read_config()
+        if not isinstance(cfg, dict) or not cfg.get("kind"):
+            raise ValueError("no 'kind'")
+    except (OSError, ValueError) as exc:
+        return fail(f"config.json cannot be read: {exc}")
+    if cfg.get("run_id", rd.run_id) != rd.run_id:
+        return fail(f"config.json names run {cfg.get('run_id')!r}, but its folder is {rd.run_id!r}")
+    status = rd.read_status()
+    try:
+        result = rd.read_result()
+    except (OSError, ValueError) as exc:
+        # Written atomically, so a torn file means something else wrote it: say so, retry next pass.
+        fail(f"result.json cannot be read: {exc}")
+        result = None
+    if result is not None and not isinstance(result, dict):
+        fail("result.json is not a JSON object")
+        result = None
+
+    row = _run_row(cfg, status, result)
+    known_row = known[:len(_RUN_COLUMNS)] if known else None
+    offset, result_done, bad_total = (known[len(_RUN_COLUMNS):] if known else (None, None, None))
+    offset, result_done, bad_total = offset or 0, bool(result_done), bad_total or 0
+
+    try:
+        size = rd.events_path.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    if size < offset:
+        offset = 0  # the events file was replaced: read it again (rows already in are not doubled)
+    events, new_offset, bad = rd.read_events(offset)
+    metrics, bad_events, skipped = _metric_frame(rd.run_id, events)
+    bad += bad_events
+
+    tables: dict[str, pd.DataFrame] = {}
+    ingest_result = False
+    if result is not None and not result_done:
+        try:
+            tables, unknown = _result_tables(rd.run_id, result)
+            if unknown:
+                report["unknown_tables"][rd.run_id] = unknown
+            ingest_result = True
+        except ResultError as exc:
+            fail(str(exc))
+
+    if row == known_row and new_offset == offset and not ingest_result and known is not None:
+        return
+    try:
+        conn.execute("BEGIN TRANSACTION")
+        if row != known_row:
+            _upsert_run(conn, rd.run_id, row)
+        added = 0
+        if len(metrics):
+            conn.register("_new_metrics", metrics)
+            try:
+                # DuckDB reads a pandas NaN as NULL; the flag keeps a diverged loss (NaN) apart from
+                # a value that was never logged (null).
+                added = conn.execute(
+                    "INSERT INTO metrics SELECT run_id, seq, step, key, "
+                    "CASE WHEN is_nan THEN 'NaN'::DOUBLE ELSE value END FROM _new_metrics ON CONFLICT DO NOTHING"
+                ).fetchone()[0]
+            finally:
+                conn.unregister("_new_metrics")
+        for name, frame in tables.items():
+            _replace_result_rows(conn, name, rd.run_id, frame)
+        conn.execute(
+            """INSERT INTO ingest_state VALUES (?, ?, ?, ?)
+               ON CONFLICT (run_id) DO UPDATE SET events_offset = excluded.events_offset,
+                   result_ingested = excluded.result_ingested, bad_lines = excluded.bad_lines""",
+            [rd.run_id, new_offset, result_done or ingest_result, bad_total + bad],
+        )
+        conn.execute("COMMIT")
+    except duckdb.Error as exc:
+        with contextlib.suppress(duckdb.Error):
+            conn.execute("ROLLBACK")
+        if isinstance(exc, duckdb.IOException) or _storage_problem(exc, rd.path):
+            raise  # the file itself is in trouble: stop, the session turns it into a clear error
+        return fail(f"not ingested ({type(exc).__name__}): {exc}")
+    report["runs_updated"] += 1
+    report["events"] += len(events)
+    report["metric_rows"] += int(added)
+    report["bad_lines"] += bad
+    report["skipped_values"] += skipped
+    report["results"] += int(ingest_result)
+
+
+def _ts(value: Any) -> datetime | None:
+    """An ISO time (or epoch seconds) as a naive UTC datetime; anything else as unknown."""
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return datetime.fromtimestamp(float(value), timezone.utc).replace(tzinfo=None)
+        dt = datetime.fromisoformat(str(value))
+    except (ValueError, OverflowError, OSError):
+        return None
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+    return dt
+
+
+def _run_row(cfg: dict, status: dict, result: dict | None) -> tuple:
+    summary = result.get("summary") if result else None
+    seed = cfg.get("seed")
+    return (
+        str(cfg["kind"]),
+        canonical_json(cfg.get("config")),
+        int(seed) if isinstance(seed, numbers.Integral) else None,
+        status.get("state") or "queued",
+        _ts(cfg.get("created")),
+        _ts(status.get("started")),
+        _ts(status.get("ended")),
+        cfg.get("code_version"),
+        cfg.get("host"),
+        canonical_json(summary) if summary is not None else None,
+        status.get("message"),
+    )
+
+
+def _upsert_run(conn: duckdb.DuckDBPyConnection, run_id: str, row: tuple) -> None:
+    cols = ", ".join(_RUN_COLUMNS)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in _RUN_COLUMNS)
+    conn.execute(
+        f"INSERT INTO runs (run_id, {cols}) VALUES ({', '.join('?' * (len(_RUN_COLUMNS) + 1))}) "
+        f"ON CONFLICT (run_id) DO UPDATE SET {updates}",
+        [run_id, *row],
+    )
+
+
+def _metric_frame(run_id: str, events: list[dict]) -> tuple[pd.DataFrame, int, int]:
+    """Rows for the metrics table, the number of malformed events, and values skipped."""
+    rows: dict[tuple[int, str], tuple] = {}
+    bad = skipped = 0
+    for event in events:
+        seq, step, values = event.get("seq"), event.get("step"), event.get("metrics", {})
+        if (not isinstance(seq, int) or isinstance(seq, bool) or seq < 0
+                or (step is not None and (not isinstance(step, int) or isinstance(step, bool)))
+                or not isinstance(values, dict)):
+            bad += 1
+            continue
+        for key, value in values.items():
+            if value is None:
+                v = None
+            elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+                v = float(value)
+            else:
+                skipped += 1  # a string or a list is not a metric; the rest of the event still counts
+                continue
+            # The first occurrence wins, as it does against rows already in the store.
+            rows.setdefault((seq, key), (run_id, seq, step, key, v, v is not None and v != v))
+    frame = pd.DataFrame(list(rows.values()), columns=["run_id", "seq", "step", "key", "value", "is_nan"])
+    frame = frame.astype({"run_id": object, "seq": "int64", "step": "Int64", "key": object, "value": "float64",
+                          "is_nan": bool})
+    return frame, bad, skipped
+
+
+def _result_tables(run_id: str, result: dict) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    tables = result.get("tables") or {}
+    if not isinstance(tables, dict):
+        raise ResultError(f"result.json of {run_id}: 'tables' must be an object of name: [rows]")
+    frames, unknown = {}, []
+    for name, rows in tables.items():
+        spec = schema.RESULT_TABLES.get(name)
+        if spec is None:
+            unknown.append(name)
+            continue
+        frames[name] = _validate_rows(run_id, name, spec, rows)
+    return frames, sorted(unknown)
+
+
+def _validate_rows(run_id: str, name: str, spec: tuple[schema.Column, ...], rows: Any) -> pd.DataFrame:
+    where = f"result.json of {run_id}: tables.{name}"
+    if not isinstance(rows, list):
+        raise ResultError(f"{where} must be a list of rows")
+    names = [c.name for c in spec]
+    out, seen = [], set()
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ResultError(f"{where}[{i}] must be an object with {names}")
+        extra = sorted(set(row) - set(names))
+        if extra:
+            raise ResultError(f"{where}[{i}] has unknown column(s) {extra}; expected {names}")
+        values = []
+        for col in spec:
+            v = row.get(col.name)
+            if v is None:
+                if col.key:
+                    raise ResultError(f"{where}[{i}] lacks {col.name!r}, part of the table's key")
+                values.append(None)
+                continue
+            values.append(_coerce(v, col, f"{where}[{i}].{col.name}"))
+        key = tuple(v for v, c in zip(values, spec) if c.key)
+        if key in seen:
+            raise ResultError(f"{where}[{i}] repeats the key {dict(zip([c.name for c in spec if c.key], key))}")
+        seen.add(key)
+        out.append(values)
+    dtypes = {c.name: {str: object, int: "Int64", float: "Float64"}[c.type] for c in spec}
+    return pd.DataFrame(out, columns=names, dtype=object).astype(dtypes)
+
+
+def _coerce(v: Any, col: schema.Column, where: str) -> Any:
+    if col.type is str:
+        if not isinstance(v, str):
+            raise ResultError(f"{where} must be text, got {v!r}")
+        return v
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ResultError(f"{where} must be a number, got {v!r}")
+    if col.type is int:
+        if isinstance(v, float) and not v.is_integer():
+            raise ResultError(f"{where} must be a whole number, got {v!r}")
+        return int(v)
+    return float(v)
+
+
+def _replace_result_rows(conn: duckdb.DuckDBPyConnection, name: str, run_id: str, frame: pd.DataFrame) -> None:
+    if name not in schema.RESULT_TABLES:  # only the allow-list's names ever reach the SQL text
+        raise ResultError(f"unknown result table {name!r}")
+    cols = ", ".join(c.name for c in schema.RESULT_TABLES[name])
+    conn.execute(f"DELETE FROM {name} WHERE run_id = ?", [run_id])
+    if not len(frame):
+        return
+    conn.register("_new_rows", frame)
+    try:
+        conn.execute(f"INSERT INTO {name} (run_id, {cols}) SELECT ?, {cols} FROM _new_rows", [run_id])
+    finally:
+        conn.unregister("_new_rows")
+
+
+# -- benchmarks ---------------------------------------------------------------------------------------
+
+def record_bench(bench: str, figures: dict[str, float], *, machine: dict | None = None,
+                 command: str | None = None, measured_at: datetime | None = None,
+                 home: Path | None = None, timeout: float | None = None) -> int:
+    """Store one benchmark run's figures (``{key: value}``) with the machine and command."""
+    if not bench or not isinstance(bench, str):
+        raise ValueError("bench must be a non-empty name")
+    rows = []
+    for key, value in figures.items():
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"benchmark figure {key!r} must be a number, got {value!r}")
+        rows.append((key, float(value)))
+    when = _ts(measured_at.isoformat()) if measured_at else datetime.now(timezone.utc).replace(tzinfo=None)
+    machine_json = json.dumps(machine, sort_keys=True) if machine is not None else None
+    with open_store(readonly=False, home=home, timeout=timeout) as conn:
+        conn.execute("BEGIN TRANSACTION")
+        conn.executemany("INSERT INTO bench_figures VALUES (?, ?, ?, ?, ?, ?)",
+                         [[bench, k, v, when, machine_json, command] for k, v in rows])
+        conn.execute("COMMIT")
+    return len(rows)

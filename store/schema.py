@@ -1,0 +1,116 @@
+"""The store's schema as numbered, append-only migrations.
+
+A migration, once released, is never edited: a change is a new entry at the end.  ``db.migrate``
+applies the pending ones in order, each in its own transaction, and records it in
+``schema_migrations``; a file whose recorded version is above ``SCHEMA_VERSION`` was made by a
+newer EMA Lab and is refused.
+
+Times are naive ``TIMESTAMP`` values in UTC (run folders write ISO times with an offset; ingest
+converts them), so that comparisons never depend on the reader's time zone.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+APP_ID = "emalab"
+
+
+class Migration(NamedTuple):
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+M001_INITIAL = Migration(1, "m001_initial", (
+    # Tells our file from any other DuckDB file that happens to sit at the same path.
+    "CREATE TABLE emalab_meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    f"INSERT INTO emalab_meta VALUES ('app', '{APP_ID}')",
+    "CREATE TABLE schema_migrations "
+    "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)",
+    """CREATE TABLE runs (
+        run_id       VARCHAR PRIMARY KEY,
+        kind         VARCHAR NOT NULL,
+        config       JSON,
+        seed         BIGINT,
+        status       VARCHAR,
+        created_at   TIMESTAMP,
+        started_at   TIMESTAMP,
+        ended_at     TIMESTAMP,
+        code_version VARCHAR,
+        host         VARCHAR,
+        summary      JSON,
+        message      VARCHAR
+    )""",
+    # Long format: one row per (event, key).  ``seq`` rather than ``step`` is the key because a
+    # resumed run may log the same step twice; seq counts events and makes ingest idempotent.
+    # No secondary index on (run_id, key): ingest inserts one run's rows together, so DuckDB's
+    # zone maps already skip other runs, and an ART index would slow every ingest.
+    """CREATE TABLE metrics (
+        run_id VARCHAR NOT NULL,
+        seq    BIGINT NOT NULL,
+        step   BIGINT,
+        key    VARCHAR NOT NULL,
+        value  DOUBLE,
+        PRIMARY KEY (run_id, seq, key)
+    )""",
+    # Where ingest stopped in each run folder; moves in the same transaction as the rows it covers.
+    """CREATE TABLE ingest_state (
+        run_id          VARCHAR PRIMARY KEY,
+        events_offset   BIGINT NOT NULL DEFAULT 0,
+        result_ingested BOOLEAN NOT NULL DEFAULT false,
+        bad_lines       BIGINT NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE dilution_accuracy (
+        run_id   VARCHAR NOT NULL,
+        feature  VARCHAR NOT NULL,
+        lag      INTEGER NOT NULL,
+        accuracy DOUBLE,
+        chance   DOUBLE,
+        PRIMARY KEY (run_id, feature, lag)
+    )""",
+    """CREATE TABLE probe_accuracy (
+        run_id      VARCHAR NOT NULL,
+        role        VARCHAR NOT NULL,
+        feature_set VARCHAR NOT NULL,
+        split       VARCHAR NOT NULL,
+        accuracy    DOUBLE,
+        PRIMARY KEY (run_id, role, feature_set, split)
+    )""",
+    """CREATE TABLE lm_eval (
+        run_id VARCHAR NOT NULL,
+        split  VARCHAR NOT NULL,
+        loss   DOUBLE,
+        ppl    DOUBLE,
+        bpb    DOUBLE,
+        PRIMARY KEY (run_id, split)
+    )""",
+    # Not tied to runs: a benchmark measures the code on a machine, not an experiment.
+    """CREATE TABLE bench_figures (
+        bench       VARCHAR NOT NULL,
+        key         VARCHAR NOT NULL,
+        value       DOUBLE,
+        measured_at TIMESTAMP NOT NULL,
+        machine     JSON,
+        command     VARCHAR
+    )""",
+))
+
+MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL,)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+class Column(NamedTuple):
+    name: str
+    type: type  # str, int or float: what a result row's value is checked and converted to
+    key: bool   # part of the primary key (besides run_id): required and never null
+
+
+# The result tables a run's result.json may fill (``result["tables"][name]`` is a list of rows).
+RESULT_TABLES: dict[str, tuple[Column, ...]] = {
+    "dilution_accuracy": (Column("feature", str, True), Column("lag", int, True),
+                          Column("accuracy", float, False), Column("chance", float, False)),
+    "probe_accuracy": (Column("role", str, True), Column("feature_set", str, True),
+                       Column("split", str, True), Column("accuracy", float, False)),
+    "lm_eval": (Column("split", str, True), Column("loss", float, False),
+                Column("ppl", float, False), Column("bpb", float, False)),
+}

@@ -1,0 +1,204 @@
+"""Every query in store.queries against a store with known contents."""
+import math
+
+import pandas as pd
+import pytest
+
+from jobs.rundir import RunDir, run_id_for
+from store import queries
+from store.ingest import ingest, record_bench
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(h))
+    return h
+
+
+def make_run(home, kind, config, seed, *, state="done", started=None, metrics=(), tables=None, summary=None):
+    rd = RunDir.for_id(run_id_for(kind, config, seed), home)
+    rd.create(kind, config, seed)
+    rd.append_events([{"seq": i, "step": 100 * i, "metrics": m} for i, m in enumerate(metrics)])
+    rd.write_status(state=state, started=started)
+    if tables is not None:
+        rd.write_result({"summary": summary or {}, "tables": tables})
+    return rd.run_id
+
+
+def probe_rows(acc_subject, acc_object):
+    return {"probe_accuracy": [
+        {"role": "subject", "feature_set": "traces", "split": "test", "accuracy": acc_subject},
+        {"role": "object", "feature_set": "traces", "split": "test", "accuracy": acc_object},
+    ]}
+
+
+@pytest.fixture(scope="module")
+def populated(tmp_path_factory):
+    """Two seeds of one probe config, one seed of another, two LM runs, one dilution run.
+
+    Built once per module: the queries below only read it."""
+    h = tmp_path_factory.mktemp("queries") / "home"
+    ids = {
+        "p8s0": make_run(h, "probe", {"width": 8, "lr": 0.1}, 0, started="2026-01-01T00:00:00+00:00",
+                         metrics=[{"loss": 2.0, "acc": 0.1}, {"loss": 1.0, "acc": 0.5}, {"loss": 0.5}],
+                         tables=probe_rows(0.8, 0.6), summary={"best": 0.8}),
+        "p8s1": make_run(h, "probe", {"width": 8, "lr": 0.1}, 1, started="2026-01-02T00:00:00+00:00",
+                         metrics=[{"loss": 3.0}, {"loss": 1.5}], tables=probe_rows(0.9, 0.7)),
+        "p16s0": make_run(h, "probe", {"width": 16, "lr": 0.1}, 0, started="2026-01-03T00:00:00+00:00",
+                          tables=probe_rows(0.95, 0.75)),
+        "lm0": make_run(h, "lm", {"d": 32, "seed": 0}, 0, state="running", started="2026-01-04T00:00:00+00:00",
+                        metrics=[{"train_loss": 4.0}],
+                        tables={"lm_eval": [{"split": "val", "loss": 2.0, "ppl": 7.0, "bpb": 1.0},
+                                            {"split": "test", "loss": 2.2, "ppl": 9.0, "bpb": 1.2}]}),
+        "lm1": make_run(h, "lm", {"d": 32, "seed": 1}, 1, state="failed", started="2026-01-05T00:00:00+00:00",
+                        tables={"lm_eval": [{"split": "val", "loss": 3.0, "ppl": 20.0, "bpb": 2.0}]}),
+        "dil": make_run(h, "dilution", {"alphas": [0.5, 0.1]}, 0, started="2026-01-06T00:00:00+00:00",
+                        tables={"dilution_accuracy": [
+                            {"feature": "word", "lag": 1, "accuracy": 0.9, "chance": 0.01},
+                            {"feature": "word", "lag": 4, "accuracy": 0.4, "chance": 0.01},
+                            {"feature": "role", "lag": 1, "accuracy": 0.7, "chance": 0.05}]}),
+    }
+    assert ingest(h)["errors"] == []
+    return h, ids
+
+
+@pytest.fixture
+def runs(populated, monkeypatch):
+    h, ids = populated
+    monkeypatch.setenv("EMALAB_HOME", str(h))
+    return ids
+
+
+def test_list_runs(runs):
+    df = queries.list_runs()
+    assert list(df["run_id"]) == [runs[k] for k in ("dil", "lm1", "lm0", "p16s0", "p8s1", "p8s0")]  # newest first
+    assert list(df.columns) == ["run_id", "kind", "seed", "status", "created_at", "started_at", "ended_at",
+                                "code_version", "host", "message", "config", "summary"]
+    assert set(queries.list_runs(kind="lm")["run_id"]) == {runs["lm0"], runs["lm1"]}
+    assert list(queries.list_runs(status="running")["run_id"]) == [runs["lm0"]]
+    assert set(queries.list_runs(status=["running", "failed"])["run_id"]) == {runs["lm0"], runs["lm1"]}
+    assert list(queries.list_runs(kind="probe", limit=1)["run_id"]) == [runs["p16s0"]]
+    assert list(queries.list_runs(run_ids=[runs["p8s0"]])["run_id"]) == [runs["p8s0"]]
+    assert queries.list_runs(kind="nope").empty
+
+
+def test_user_values_never_become_sql(runs):
+    assert queries.list_runs(kind="probe' OR '1'='1").empty
+    assert queries.metric_series(["x' OR '1'='1"], "loss").empty
+    assert queries.probe_accuracy(role="subject'; DROP TABLE runs; --").empty
+    assert len(queries.list_runs()) == 6
+
+
+def test_run_detail(runs):
+    d = queries.run_detail(runs["p8s0"])
+    assert d["kind"] == "probe" and d["seed"] == 0 and d["status"] == "done"
+    assert d["config"] == {"width": 8, "lr": 0.1} and d["summary"] == {"best": 0.8}
+    assert d["metric_keys"] == ["acc", "loss"] and d["metric_rows"] == 5
+    assert d["result_rows"] == {"dilution_accuracy": 0, "probe_accuracy": 2, "lm_eval": 0}
+    assert d["result_ingested"] is True and d["bad_lines"] == 0
+    assert queries.run_detail("no-such-run") is None
+
+
+def test_metric_keys(runs):
+    assert queries.metric_keys() == ["acc", "loss", "train_loss"]
+    assert queries.metric_keys([runs["p8s1"]]) == ["loss"]
+    assert queries.metric_keys(runs["lm0"]) == ["train_loss"]
+    assert queries.metric_keys([]) == []
+
+
+def test_metric_series(runs):
+    df = queries.metric_series([runs["p8s0"], runs["p8s1"]], "loss")
+    assert list(df.columns) == ["run_id", "seq", "step", "value"]
+    one = df[df.run_id == runs["p8s0"]]
+    assert list(one["step"]) == [0, 100, 200] and list(one["value"]) == [2.0, 1.0, 0.5]
+    assert list(df[df.run_id == runs["p8s1"]]["value"]) == [3.0, 1.5]
+    assert list(queries.metric_series([runs["p8s0"]], "acc")["value"]) == [0.1, 0.5]
+    assert queries.metric_series([runs["p8s0"]], "nope").empty
+
+
+def test_final_metrics(runs):
+    df = queries.final_metrics([runs["p8s0"]])
+    assert df[["key", "step", "value"]].values.tolist() == [["acc", 100, 0.5], ["loss", 200, 0.5]]
+    assert list(queries.final_metrics(keys=["train_loss"])["value"]) == [4.0]
+
+
+def test_result_tables(runs):
+    df = queries.probe_accuracy([runs["p8s0"]])
+    assert list(df.columns) == ["run_id", "seed", "role", "feature_set", "split", "accuracy"]
+    assert df[["role", "accuracy"]].values.tolist() == [["object", 0.6], ["subject", 0.8]]
+    assert len(queries.probe_accuracy()) == 6
+    assert sorted(queries.probe_accuracy(role="subject")["accuracy"]) == [0.8, 0.9, 0.95]
+    assert queries.probe_accuracy(split="train").empty
+
+    lm = queries.lm_eval()
+    assert list(lm.columns) == ["run_id", "seed", "split", "loss", "ppl", "bpb"]
+    assert len(lm) == 3 and sorted(queries.lm_eval(split="val")["loss"]) == [2.0, 3.0]
+
+    dil = queries.dilution_accuracy()
+    assert list(dil.columns) == ["run_id", "seed", "feature", "lag", "accuracy", "chance"]
+    assert dil[["feature", "lag", "accuracy"]].values.tolist() == [["role", 1, 0.7], ["word", 1, 0.9], ["word", 4, 0.4]]
+    assert list(queries.dilution_accuracy(feature="word")["lag"]) == [1, 4]
+
+
+def test_bench_figures(home):
+    when = pd.Timestamp("2026-01-01").to_pydatetime()
+    record_bench("scan", {"numba_ns": 0.30, "torch_ns": 2.0}, machine={"cores": 2}, command="old", measured_at=when)
+    record_bench("scan", {"numba_ns": 0.27}, machine={"cores": 2}, command="new")
+    latest = queries.bench_figures()
+    assert dict(zip(latest["key"], latest["value"])) == {"numba_ns": 0.27, "torch_ns": 2.0}
+    assert len(queries.bench_figures(latest=False)) == 3
+    assert queries.bench_figures(bench="other").empty
+
+
+def test_store_summary(runs):
+    s = queries.store_summary()
+    assert s["runs"] == 6 and s["metric_rows"] == 5 + 2 + 1
+    assert s["results"] == {"dilution_accuracy": 3, "probe_accuracy": 6, "lm_eval": 3, "bench_figures": 0}
+    by = {(r.kind, r.status): r.runs for r in s["by_kind_status"].itertuples()}
+    assert by == {("dilution", "done"): 1, ("lm", "failed"): 1, ("lm", "running"): 1, ("probe", "done"): 3}
+
+
+def test_empty_store_gives_empty_frames_with_columns(home):
+    assert list(queries.probe_accuracy().columns) == ["run_id", "seed", "role", "feature_set", "split", "accuracy"]
+    assert queries.metric_keys() == [] and queries.run_detail("x") is None
+    g = queries.grouped("lm_eval")
+    assert g.empty and "loss_mean" in g.columns
+    assert not home.exists()
+
+
+def test_grouped_mean_and_std_across_seeds(runs):
+    g = queries.grouped("probe_accuracy", [runs["p8s0"], runs["p8s1"], runs["p16s0"]])
+    # width differs between the two groups and becomes a column; lr is the same everywhere and does not.
+    assert list(g.columns) == ["config_id", "kind", "width", "feature_set", "role", "split", "n", "seeds",
+                               "accuracy_mean", "accuracy_std"]
+    two = g[(g.width == 8) & (g.role == "subject")].iloc[0]
+    assert two["n"] == 2 and two["seeds"] == "0,1"
+    assert two["accuracy_mean"] == pytest.approx(0.85)
+    assert two["accuracy_std"] == pytest.approx(math.sqrt(((0.8 - 0.85) ** 2 + (0.9 - 0.85) ** 2) / 1))  # ddof=1
+    obj = g[(g.width == 8) & (g.role == "object")].iloc[0]
+    assert obj["accuracy_mean"] == pytest.approx(0.65) and obj["accuracy_std"] == pytest.approx(0.0707107)
+    one = g[(g.width == 16) & (g.role == "subject")].iloc[0]
+    assert one["n"] == 1 and one["accuracy_mean"] == pytest.approx(0.95) and pd.isna(one["accuracy_std"])
+    assert len(g) == 4
+
+
+def test_grouped_ignores_a_seed_inside_the_config(runs):
+    g = queries.grouped("lm_eval")
+    val = g[g.split == "val"].iloc[0]
+    assert val["n"] == 2 and val["loss_mean"] == pytest.approx(2.5) and val["ppl_mean"] == pytest.approx(13.5)
+    assert val["bpb_std"] == pytest.approx(math.sqrt(0.5))
+    assert g[g.split == "test"].iloc[0]["n"] == 1
+
+
+def test_grouped_final_metrics_and_dilution(runs):
+    g = queries.grouped("metrics_final", [runs["p8s0"], runs["p8s1"]])
+    loss = g[g.key == "loss"].iloc[0]
+    assert loss["n"] == 2 and loss["value_mean"] == pytest.approx(1.0)  # last values 0.5 and 1.5
+    d = queries.grouped("dilution_accuracy")
+    assert d[["feature", "lag", "n"]].values.tolist() == [["role", 1, 1], ["word", 1, 1], ["word", 4, 1]]
+
+
+def test_grouped_rejects_unknown_tables(runs):
+    with pytest.raises(ValueError, match="cannot group 'runs'"):
+        queries.grouped("runs")
