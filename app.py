@@ -7,7 +7,10 @@ st.set_page_config(page_title="EMA Lab", layout="wide")
 # helper modules in pages/ (pages/_ui.py) never show up as pages.
 pg = st.navigation(
     [
-        st.Page("pages/dilution.py", title="Trace dilution", icon=":material/blur_on:", default=True),
+        st.Page("pages/overview.py", title="Overview", icon=":material/home:", default=True),
+        st.Page("pages/dilution.py", title="Trace dilution", icon=":material/blur_on:"),
+        st.Page("pages/jobs.py", title="Jobs", icon=":material/work_history:"),
+        st.Page("pages/export.py", title="Export", icon=":material/ios_share:"),
     ]
 )
 

@@ -14,6 +14,7 @@ Layout of ``$EMALAB_HOME/runs/<run_id>/``::
     result.json     the final result {"summary": {...}, "tables": {name: [row, ...]}}, atomic
     checkpoints/    step-<n>.pt, written atomically, the newest few kept
     log.txt         the worker's stdout/stderr
+    worker.lock     held (flock) by the live worker: two runners never run one run twice
     cancel          present when a cancel was requested
 
 States: queued → running → done | failed | cancelled; "running" with a dead process is detected by

@@ -93,11 +93,17 @@ def metric_keys(run_ids: RunIds = None, *, home: Path | None = None) -> list[str
 
 
 def metric_series(run_ids: RunIds, key: str, *, home: Path | None = None) -> pd.DataFrame:
-    """One metric over time: run_id, seq, step, value, in logging order per run."""
+    """One metric over time: run_id, seq, step, value, one row per step.
+
+    A run resumed from a checkpoint logs again the steps between that checkpoint and the crash
+    (with new seq numbers); the newest logging of a step is the one the run's final state came
+    from, so it wins.
+    """
     return _frame(
         f"""SELECT run_id, seq, step, value FROM metrics
             WHERE key = $key AND {_RUN_FILTER.format(col='run_id')}
-            ORDER BY run_id, seq""",
+            QUALIFY row_number() OVER (PARTITION BY run_id, step ORDER BY seq DESC) = 1
+            ORDER BY run_id, step""",
         {"key": key, "ids": _ids(run_ids)}, home,
     )
 

@@ -114,7 +114,7 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
     # full-page screenshot would only show the viewport.
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100})
     try:
-        page.goto(app_url)
+        page.goto(app_url + "/dilution")
         # Streamlit draws over a websocket after the load event: wait for the page's own text.
         page.get_by_role("heading", name="Trace dilution").wait_for(timeout=60_000)
         _wait_for_charts(page)
@@ -155,7 +155,7 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
 def test_downloads_are_generated_on_click(app_url, chromium_browser):
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100}, accept_downloads=True)
     try:
-        page.goto(app_url)
+        page.goto(app_url + "/dilution")
         page.get_by_text("Measured in").wait_for(timeout=60_000)
         buttons = page.locator('[data-testid="stDownloadButton"]')
         expected = {"SVG": ("lag_weights.svg", b"<svg"), "LaTeX": ("identity_accuracy.tex", b"\\begin{table}")}

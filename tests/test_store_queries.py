@@ -202,3 +202,19 @@ def test_grouped_final_metrics_and_dilution(runs):
 def test_grouped_rejects_unknown_tables(runs):
     with pytest.raises(ValueError, match="cannot group 'runs'"):
         queries.grouped("runs")
+
+
+def test_metric_series_keeps_the_newest_logging_of_a_repeated_step(tmp_path, monkeypatch):
+    # a resumed run logs the steps after its last checkpoint again, with new seq numbers
+    from jobs.rundir import RunDir
+    from store import ingest, metric_series
+
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
+    rd = RunDir.for_id("dilution-resumed-s0")
+    rd.create("dilution", {"x": 1}, 0)
+    rd.append_events([{"seq": i, "step": s, "metrics": {"loss": v}}
+                      for i, (s, v) in enumerate([(1, 3.0), (2, 2.0), (3, 9.9), (2, 2.0), (3, 1.0)])])
+    ingest()
+    series = metric_series(["dilution-resumed-s0"], "loss")
+    assert list(series["step"]) == [1, 2, 3]
+    assert list(series["value"]) == [3.0, 2.0, 1.0]

@@ -1,0 +1,108 @@
+"""Experiments: one typed config and one ``run(config, reporter) -> result`` per kind.
+
+    >>> cfg = build_config("dilution", preset="quick", overrides={"alphas": "0.5,0.1"}, seed=3)
+    >>> result = REGISTRY["dilution"].run(cfg, NullReporter())
+    >>> sorted(result)
+    ['summary', 'tables']
+
+A result is ``{"summary": {name: float | str}, "tables": {name: [row dict, ...]}}``; the job runner
+writes it to the run's ``result.json`` and the store ingests it.  Nothing here imports the job
+runner, Streamlit or DuckDB: an experiment runs the same in a worker process, a Ray task or a test.
+"""
+from __future__ import annotations
+
+import json
+import typing
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from ema_core.experiments import dilution_sweep
+from ema_core.experiments.protocol import Cancelled, Experiment, NullReporter, Reporter
+
+# A small explicit map: a kind not listed here is rejected when its config is built.
+REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT,)}
+
+__all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "build_config",
+           "config_error", "get_experiment"]
+
+
+def get_experiment(kind: str) -> Experiment:
+    try:
+        return REGISTRY[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown experiment kind {kind!r}; known kinds: {', '.join(sorted(REGISTRY))}") from None
+
+
+def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any] | None = None,
+                 seed: int | None = None) -> BaseModel:
+    """The validated config of ``kind``: defaults, then the preset, then overrides, then the seed.
+
+    Override values may be typed, or strings as typed on a command line (``--set vocab=32``): a
+    string is read as JSON where that gives the field's type (``32``, ``true``, ``[0.5, 0.1]``),
+    tuple fields also take ``0.5,0.1``, and anything else stays a string.  Every problem is a
+    ``ValueError`` on one line that names the field and what it allows.
+    """
+    exp = get_experiment(kind)
+    fields = exp.config_cls.model_fields
+    values: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in exp.presets:
+            raise ValueError(f"unknown preset {preset!r} for {kind}; presets: {', '.join(exp.presets)}")
+        values.update(exp.presets[preset])
+    for key, raw in (overrides or {}).items():
+        if key not in fields:
+            raise ValueError(f"{key}: not a setting of {kind}; settings: {', '.join(fields)}")
+        values[key] = _parse_value(fields[key].annotation, raw)
+    if seed is not None:
+        values["seed"] = seed
+    try:
+        return exp.config_cls(**values)
+    except ValidationError as exc:
+        raise ValueError(config_error(exc)) from None
+
+
+def config_error(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``field: what is wrong (got value)``, problems joined by '; '."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        shown = repr(got)
+        if err["type"] != "extra_forbidden" and not isinstance(got, dict) and len(shown) <= 60:
+            msg += f" (got {shown})"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def _parse_value(annotation: Any, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    is_tuple = typing.get_origin(annotation) is tuple
+    text = raw.strip()
+    candidates = []
+    try:
+        candidates.append(json.loads(text))
+    except ValueError:
+        pass
+    if is_tuple and "," in text:
+        candidates.append([_scalar(p) for p in text.strip("()[] ").split(",") if p.strip()])
+    candidates.append(raw)
+    if is_tuple:  # a single value is a one-element grid
+        candidates = [c if isinstance(c, (list, tuple)) else [c] for c in candidates]
+    adapter = TypeAdapter(annotation)
+    for cand in candidates:
+        try:
+            adapter.validate_python(cand)
+            return cand
+        except ValidationError:
+            continue
+    return candidates[0]  # let the model report it, against the decoded value
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text.strip()

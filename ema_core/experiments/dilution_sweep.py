@@ -1,0 +1,273 @@
+"""Dilution sweep: identity decoding over a grid of rates and lags, by a decoder trained with gradients.
+
+The measurement of :mod:`ema_core.dilution` (same token stream, same EMA traces, same feature
+sets), with the closed-form ridge decoder replaced by a linear softmax classifier trained by Adam
+on minibatches.  That makes it a real training loop: long enough to be worth a job, with model,
+optimiser and data-order state to checkpoint and resume bit for bit.
+
+Per feature set (each rate alone, then all rates together)::
+
+    X (n, p)  standardised trace features, p = window·K_set·D
+    logits = X W + b           W (p, (L+1)·V) → viewed (n, L+1, V): one V-way classifier per lag
+    loss = Σ_lag CE(logits[:, lag], token at t − lag)
+
+Accuracy per lag is scored on the held-out later stretch of the stream; chance is 1/V.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ema_core.config import PAPER_ALPHAS, DilutionConfig
+from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
+
+KIND = "dilution"
+GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
+CHECKPOINT_FORMAT = 1
+
+
+def _like(name: str, default=None):
+    # The stream's sizes keep the bounds of the closed-form measurement (one set of limits).
+    info = copy.deepcopy(DilutionConfig.model_fields[name])
+    if default is not None:
+        info.default = default
+    return info
+
+
+class DilutionSweepConfig(BaseModel):
+    """Identity decoding from EMA traces over a grid of rates and lags, decoders trained by Adam."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    alphas: tuple[float, ...] = Field(GRID_ALPHAS, min_length=1, max_length=16, description="the grid of rates, each in (0, 1]")
+    include_all: bool = Field(True, description="also train one decoder on all rates together")
+    vocab: int = _like("vocab")
+    dim: int = _like("dim")
+    max_lag: int = _like("max_lag")
+    window: int = _like("window")
+    n_train: int = _like("n_train")
+    n_test: int = _like("n_test")
+    steps: int = Field(500, ge=1, le=1_000_000, description="gradient steps per decoder")
+    batch: int = Field(256, ge=1, le=65_536, description="training rows per step, drawn with replacement")
+    lr: float = Field(1e-2, gt=0, le=10.0, description="Adam step size")
+    log_every: int = Field(10, ge=1, le=1_000_000, description="steps between logged losses")
+    checkpoint_every: int = Field(100, ge=1, le=1_000_000, description="steps between checkpoints")
+    seed: int = _like("seed")
+
+    @field_validator("alphas")
+    @classmethod
+    def _rates(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        bad = [a for a in v if not (0.0 < a <= 1.0)]
+        if bad:
+            raise ValueError(f"every rate must lie in (0, 1], got {bad}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"rates must be distinct (each names a feature set), got {list(v)}")
+        return tuple(float(a) for a in v)
+
+
+PRESETS: dict[str, dict] = {
+    # ≈ 10 s on 2 cores, most of it the worker's imports: enough to see lag-0 decoding fade with lag.
+    "quick": dict(alphas=(0.5, 0.1, 0.02), vocab=32, dim=32, max_lag=8, n_train=4096, n_test=1024,
+                  steps=200, batch=256, lr=0.02, log_every=10, checkpoint_every=50),
+    # The paper's three rates inside a wider grid, at the page's sizes: minutes on 2 cores.
+    "paper": dict(alphas=tuple(sorted({*PAPER_ALPHAS, 0.3, 0.2, 0.05, 0.01}, reverse=True)), vocab=64, dim=64,
+                  max_lag=24, n_train=32_768, n_test=8192, steps=2000, batch=512, lr=0.01, log_every=20,
+                  checkpoint_every=250),
+}
+
+
+def run(cfg: DilutionSweepConfig, reporter: Reporter) -> dict:
+    t_start = time.perf_counter()
+    with _deterministic_torch():
+        return _run(cfg, reporter, t_start)
+
+
+@contextlib.contextmanager
+def _deterministic_torch():
+    # One intra-op thread: a float sum split over threads is added in an order that depends on the
+    # thread count, and a resumed run may land in a process with another count (a Ray worker sets
+    # OMP_NUM_THREADS=1, a local worker sees every core).  With one thread every matmul and
+    # reduction has a single order, so killed-and-resumed equals uninterrupted bit for bit.  The
+    # decoder is small (p ≤ a few hundred): more threads would buy little.
+    import torch
+
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        torch.set_num_threads(threads)
+
+
+def _stream(cfg: DilutionSweepConfig):
+    """Tokens, traces (T, K, D) and the first decodable step: the stream of ``dilution._measure``."""
+    import torch
+
+    from ema_core.dilution import _burn_in
+    from ema_core.scan import ema_scan, validate_alphas
+
+    a = validate_alphas(cfg.alphas)
+    V, D, L, Wn = cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
+    rng = np.random.default_rng(cfg.seed)
+    first = _burn_in(a) + L + Wn - 1  # earliest step whose lags and window are all in the stream
+    T = first + cfg.n_train + cfg.n_test
+    tokens = rng.integers(0, V, size=T)
+    emb = (rng.standard_normal((V, D)) / math.sqrt(D)).astype(np.float32)  # unit energy per token
+    # The torch path, on the one thread this run holds: the numba path splits a long stream by its
+    # thread count (which changes the traces' last bits, and a resumed run must see the very same
+    # features), and its OpenMP pool spin-waits on cores that other workers need (measured: two
+    # concurrent workers took 10x longer than one).
+    traces, _ = ema_scan(torch.from_numpy(emb[tokens][None]), a)  # (1, T, K, D)
+    return tokens, traces[0].numpy(), first
+
+
+def _feature_sets(cfg: DilutionSweepConfig) -> list[tuple[str, np.ndarray]]:
+    from ema_core.dilution import ALL_RATES, _rate_columns, rate_label
+
+    K, D, Wn = len(cfg.alphas), cfg.dim, cfg.window
+    sets = [(rate_label(alpha), _rate_columns(k, Wn, K, D)) for k, alpha in enumerate(cfg.alphas)]
+    if cfg.include_all and K > 1:
+        sets.append((ALL_RATES, np.arange(Wn * K * D)))
+    return sets
+
+
+def _data_seed(seed: int, set_index: int) -> int:
+    # Independent minibatch orders per feature set, all fixed by the config's seed.
+    return int(np.random.SeedSequence((seed, 7, set_index)).generate_state(1)[0])
+
+
+def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from ema_core.dilution import _features
+
+    K, V, D, L, Wn = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
+    sets = _feature_sets(cfg)
+    total = len(sets) * cfg.steps
+    rows: list[dict] = []
+    summary: dict = {}
+    start_set, start_step, resumed = 0, 0, None
+    elapsed_before = 0.0
+    ckpt = reporter.load_checkpoint()  # first: a bad checkpoint fails before any work
+    if ckpt is not None:
+        _, resumed = ckpt
+        _check_checkpoint(resumed, cfg)
+        start_set, start_step = int(resumed["set_index"]), int(resumed["step"])
+        rows, summary = list(resumed["rows"]), dict(resumed["summary"])
+        elapsed_before = float(resumed["elapsed"])
+        torch.set_rng_state(resumed["torch_rng"])
+    reporter.progress((start_set * cfg.steps + start_step) / total, "building the token stream and its traces")
+    tokens, traces, first = _stream(cfg)
+    steps_all = np.arange(first, len(tokens))
+    train, test = steps_all[: cfg.n_train], steps_all[cfg.n_train :]
+    Ftr = _features(traces, train, Wn, K, D)  # (n, p) raw trace states
+    Fte = _features(traces, test, Wn, K, D)  # (m, p)
+    # Standardised with the training stretch's statistics, as the closed-form decoder does: a slow
+    # trace's scale is ~6x below a fast one's (energy α/(2 − α)), and one step size then suits all.
+    mu = Ftr.mean(0, dtype=np.float64)
+    sd = Ftr.std(0, dtype=np.float64) + 1e-12
+    Xtr_all = ((Ftr - mu) / sd).astype(np.float32)
+    Xte_all = ((Fte - mu) / sd).astype(np.float32)
+    lags = np.arange(L + 1)
+    Ytr = torch.from_numpy(tokens[train[:, None] - lags[None, :]])  # (n, L + 1)
+    Yte = torch.from_numpy(tokens[test[:, None] - lags[None, :]])  # (m, L + 1)
+    n = len(train)
+    chance = 1.0 / V
+
+    def checkpoint(set_index: int, step: int, model=None, opt=None, gen=None) -> None:
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": cfg.model_dump_json(),
+            "set_index": set_index,
+            "step": step,  # steps done in this feature set: the data position with data_rng
+            "model": model.state_dict() if model is not None else {},
+            "optim": opt.state_dict() if opt is not None else {},
+            "data_rng": gen.get_state() if gen is not None else torch.empty(0, dtype=torch.uint8),
+            "torch_rng": torch.get_rng_state(),
+            "rows": rows,
+            "summary": summary,
+            "elapsed": elapsed_before + time.perf_counter() - t_start,
+        }
+        reporter.save_checkpoint(set_index * cfg.steps + step, state)
+
+    for si, (name, cols) in enumerate(sets):
+        if si < start_set:
+            continue
+        Xtr = torch.from_numpy(np.ascontiguousarray(Xtr_all[:, cols]))  # (n, p_set)
+        Xte = torch.from_numpy(np.ascontiguousarray(Xte_all[:, cols]))  # (m, p_set)
+        model = torch.nn.Linear(len(cols), (L + 1) * V)
+        with torch.no_grad():  # a convex problem: zeros are a fine start and need no RNG
+            model.weight.zero_()
+            model.bias.zero_()
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        gen = torch.Generator().manual_seed(_data_seed(cfg.seed, si))
+        first_step = 0
+        if si == start_set and resumed is not None and start_step > 0:
+            model.load_state_dict(resumed["model"])
+            opt.load_state_dict(resumed["optim"])
+            gen.set_state(resumed["data_rng"])
+            first_step = start_step
+        loss_value = float("nan")
+        for step in range(first_step, cfg.steps):
+            if reporter.should_stop():
+                checkpoint(si, step, model, opt, gen)
+                raise Cancelled(si * cfg.steps + step)
+            idx = torch.randint(n, (cfg.batch,), generator=gen)  # the data order: gen's state is the position
+            logits = model(Xtr[idx]).view(cfg.batch * (L + 1), V)  # (B·(L+1), V)
+            loss = F.cross_entropy(logits, Ytr[idx].reshape(-1)) * (L + 1)  # Σ over lags of each lag's mean
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            done = step + 1
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                loss_value = loss.item()
+                reporter.log(si * cfg.steps + done, {f"loss/{name}": loss_value})
+            reporter.progress((si * cfg.steps + done) / total, f"{name}: step {done}/{cfg.steps}")
+            if done % cfg.checkpoint_every == 0 and done < cfg.steps:
+                checkpoint(si, done, model, opt, gen)
+        with torch.no_grad():
+            pred = model(Xte).view(-1, L + 1, V).argmax(-1)  # (m, L + 1)
+            acc = (pred == Yte).double().mean(0)
+        rows.extend({"feature": name, "lag": lag, "accuracy": float(acc[lag]), "chance": chance} for lag in range(L + 1))
+        summary[f"acc_lag0/{name}"] = float(acc[0])
+        summary[f"acc_lag{L}/{name}"] = float(acc[L])
+        summary[f"final_loss/{name}"] = loss_value
+        reporter.log((si + 1) * cfg.steps, {f"acc_lag0/{name}": float(acc[0]), f"acc_lag{L}/{name}": float(acc[L])})
+        if si + 1 < len(sets):  # a finished decoder is never trained again
+            checkpoint(si + 1, 0)
+
+    summary["chance"] = chance
+    summary["feature_sets"] = ", ".join(name for name, _ in sets)
+    summary["seconds"] = elapsed_before + time.perf_counter() - t_start
+    reporter.progress(1.0, "done")
+    return {"summary": summary, "tables": {"dilution_accuracy": rows}}
+
+
+def _check_checkpoint(state: dict, cfg: DilutionSweepConfig) -> None:
+    missing = {"format", "config", "set_index", "step", "model", "optim", "data_rng", "torch_rng", "rows",
+               "summary", "elapsed"} - set(state)
+    if missing:
+        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a dilution-sweep checkpoint")
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
+    if state["config"] != cfg.model_dump_json():
+        raise ValueError("checkpoint was written for another config")
+
+
+EXPERIMENT = Experiment(
+    kind=KIND,
+    config_cls=DilutionSweepConfig,
+    presets=PRESETS,
+    run=run,
+    description="Identity decoding from EMA traces over a grid of rates and lags (decoders trained by Adam).",
+)

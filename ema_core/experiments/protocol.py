@@ -1,0 +1,96 @@
+"""What an experiment is, and what it may call while it runs.
+
+An experiment is a pure function of its config: ``run(config, reporter) -> result``.  It knows
+nothing of processes, run folders or Ray; the job runner hands it a :class:`Reporter` backed by a
+run folder, a test or notebook hands it a :class:`NullReporter`.
+"""
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+
+class Cancelled(Exception):
+    """Raised by an experiment that saw ``reporter.should_stop()``; its checkpoint is saved first."""
+
+    def __init__(self, step: int, message: str | None = None):
+        super().__init__(message or f"cancelled at step {step}")
+        self.step = step
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record metrics at a global step (monotonic over the whole run, not per phase)."""
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Fraction of the whole run done, in [0, 1]."""
+
+    def should_stop(self) -> bool:
+        """True once a cancel was requested: save a checkpoint and raise :class:`Cancelled`."""
+
+    def save_checkpoint(self, step: int, state: dict) -> None:
+        """``state`` holds tensors and plain Python only, so it loads with ``weights_only=True``."""
+
+    def load_checkpoint(self) -> tuple[int, dict] | None:
+        """The newest checkpoint as ``(step, state)``, or None for a fresh start."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    kind: str
+    config_cls: type[BaseModel]
+    presets: dict[str, dict[str, Any]]
+    run: Callable[[BaseModel, Reporter], dict]
+    description: str
+
+
+@dataclass
+class NullReporter:
+    """Runs an experiment in-process without a run folder (tests, notebooks).
+
+    Checkpoints are kept in memory, serialised with ``torch.save`` exactly as a run folder would
+    (so a state that would not load with ``weights_only=True`` fails here too, and later in-place
+    updates of the model cannot change a saved checkpoint).  ``stop_after_checkpoints=n`` makes
+    ``should_stop()`` answer True once n checkpoints were saved: a cancel at a known point.
+    """
+
+    stop_after_checkpoints: int | None = None
+    events: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    fraction: float = 0.0
+    message: str | None = None
+    checkpoints_saved: int = 0
+    _checkpoint: tuple[int, bytes] | None = None
+    _started: float = field(default_factory=time.monotonic)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.events.append((int(step), dict(metrics)))
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        self.fraction = float(fraction)
+        if message is not None:
+            self.message = message
+
+    def should_stop(self) -> bool:
+        n = self.stop_after_checkpoints
+        return n is not None and self.checkpoints_saved >= n
+
+    def save_checkpoint(self, step: int, state: dict) -> None:
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        self._checkpoint = (int(step), buf.getvalue())
+        self.checkpoints_saved += 1
+
+    def load_checkpoint(self) -> tuple[int, dict] | None:
+        if self._checkpoint is None:
+            return None
+        import torch
+
+        step, data = self._checkpoint
+        return step, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

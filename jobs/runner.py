@@ -1,0 +1,383 @@
+"""The local runner: jobs as detached worker processes, a fixed number of slots, state in run folders.
+
+Everything the runner knows lives in ``$EMALAB_HOME/runs/<run_id>/`` (see :mod:`jobs.rundir`), so
+any number of runners (the app, a CLI, a restarted app) see the same jobs, and a job outlives the
+process that launched it.
+
+    runner = LocalRunner(slots=2)
+    run_id = runner.submit("dilution", {"steps": 500}, seed=0, preset="quick")
+    runner.wait(run_id, timeout=60)       # → "done"
+    runner.list()                          # [{"run_id", "kind", "state", "progress", "eta_s", ...}]
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from jobs.registry import build_config, get_experiment
+from jobs.rundir import (
+    FINAL_STATES,
+    RESUMABLE_STATES,
+    RunDir,
+    emalab_home,
+    iter_run_dirs,
+    now_iso,
+    pid_alive,
+    run_id_for,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = socket.gethostname()
+
+
+def validated_config(kind: str, config: BaseModel | dict | None = None, seed: int | None = None,
+                     preset: str | None = None) -> BaseModel:
+    """The config a job will run: a model of the kind's class, or preset + overrides; ValueError otherwise."""
+    exp = get_experiment(kind)
+    if isinstance(config, BaseModel):
+        if not isinstance(config, exp.config_cls):
+            raise ValueError(f"a {kind} job needs a {exp.config_cls.__name__}, got {type(config).__name__}")
+        return build_config(kind, overrides=config.model_dump(), seed=seed)
+    return build_config(kind, preset=preset, overrides=config or {}, seed=seed)
+
+
+def job_summary(rd: RunDir, status: dict | None = None) -> dict[str, Any]:
+    """One row of a job list: what a page or the CLI shows."""
+    record = rd.read_config()
+    st = rd.read_status() if status is None else status
+    return {
+        "run_id": rd.run_id,
+        "kind": record["kind"],
+        "seed": record["seed"],
+        "created": record.get("created"),
+        "state": st.get("state", "queued"),
+        "progress": float(st.get("progress") or 0.0),
+        "eta_s": st.get("eta_s"),
+        "step": st.get("step"),
+        "latest": st.get("latest") or {},
+        "message": st.get("message"),
+        "started": st.get("started"),
+        "ended": st.get("ended"),
+        "heartbeat": st.get("heartbeat"),
+        "backend": st.get("backend"),
+        "attempts": st.get("attempts", 0),
+        "preset": st.get("preset"),
+    }
+
+
+def read_log(rd: RunDir, tail: int = 200) -> str:
+    try:
+        with open(rd.log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 256 * 1024))  # the tail of a long log, not all of it
+            text = fh.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    lines = text.splitlines()
+    return "\n".join(lines[-tail:] if tail else lines)
+
+
+class Runner:
+    """What every backend shares: submit, list, status, logs, wait and resume over run folders.
+
+    A backend supplies ``start`` (launch a queued run), ``tick`` (housekeeping), ``cancel`` and
+    ``_refresh`` (a run's status with a dead worker marked crashed).
+    """
+
+    backend = "none"
+
+    def __init__(self, home: str | Path | None = None, grace_s: float = 10.0):
+        self.home = Path(home) if home is not None else emalab_home()
+        self.grace_s = float(grace_s)
+        self._lock = threading.RLock()
+
+    # -- to be supplied --------------------------------------------------------------------------
+    def start(self, run_id: str) -> bool:
+        raise NotImplementedError
+
+    def tick(self) -> list[str]:
+        return []
+
+    def cancel(self, run_id: str, wait: bool = True) -> str:
+        raise NotImplementedError
+
+    def _refresh(self, rd: RunDir) -> dict:
+        return rd.read_status()
+
+    def close(self) -> None:
+        pass
+
+    # -- shared ------------------------------------------------------------------------------------
+    def submit(self, kind: str, config: BaseModel | dict | None = None, seed: int | None = None,
+               preset: str | None = None) -> str:
+        """Validate, create the run folder and start it (or queue it); returns the run id.
+
+        The id is derived from (kind, config, seed): the same job submitted twice is the same run.
+        A finished or running one is left alone; a failed, cancelled or crashed one is resumed.
+        """
+        cfg = validated_config(kind, config, seed, preset)
+        config_json = cfg.model_dump(mode="json")
+        seed = int(config_json["seed"])
+        run_id = run_id_for(kind, config_json, seed)
+        rd = self._rd(run_id)
+        fresh = not rd.exists()
+        rd.create(kind, config_json, seed)
+        if fresh:
+            rd.write_status(queued_at=now_iso(), preset=preset, attempts=0)
+        state = self._refresh(rd).get("state")
+        if state in RESUMABLE_STATES:
+            self.resume(run_id)
+        elif state == "queued":
+            self.start(run_id)
+        return run_id
+
+    def poll(self) -> list[str]:
+        """Housekeeping a page calls now and then: start queued runs, mark dead ones."""
+        return self.tick()
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every run, newest first, with dead workers marked crashed."""
+        with self._lock:
+            rows = [job_summary(rd, self._refresh(rd)) for rd in iter_run_dirs(self.home)]
+        return sorted(rows, key=lambda r: r["created"] or "", reverse=True)
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        rd = self._existing(run_id)
+        return job_summary(rd, self._refresh(rd))
+
+    def show(self, run_id: str) -> dict[str, Any]:
+        """Everything about one run: its list row, config, checkpoints and result."""
+        rd = self._existing(run_id)
+        record = rd.read_config()
+        return {**job_summary(rd, self._refresh(rd)), "config": record["config"],
+                "code_version": record.get("code_version"), "host": record.get("host"),
+                "checkpoints": [step for step, _ in rd.checkpoints()], "result": rd.read_result(),
+                "path": str(rd.path)}
+
+    def logs(self, run_id: str, tail: int = 200) -> str:
+        return read_log(self._existing(run_id), tail)
+
+    def result(self, run_id: str) -> dict | None:
+        return self._existing(run_id).read_result()
+
+    def wait(self, run_id: str, timeout: float | None = None, interval: float = 0.1) -> str:
+        """Block until the run reaches a final state (starting queued runs meanwhile); returns it."""
+        rd = self._existing(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.tick()
+            state = self._refresh(rd).get("state")
+            if state in FINAL_STATES:
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} still {state} after {timeout:g} s")
+            time.sleep(interval)
+
+    def resume(self, run_id: str) -> str:
+        """Queue a failed, cancelled or crashed run again; it continues from its newest checkpoint."""
+        rd = self._existing(run_id)
+        with self._lock:
+            state = self._refresh(rd).get("state")
+            if state not in RESUMABLE_STATES:
+                raise ValueError(f"run {run_id} is {state}; only {', '.join(RESUMABLE_STATES)} runs can be resumed")
+            rd.clear_cancel()
+            rd.write_status(state="queued", queued_at=now_iso(), ended=None, eta_s=None, pid=None,
+                            message="resume requested")
+        self.start(run_id)
+        return run_id
+
+    def _rd(self, run_id: str) -> RunDir:
+        return RunDir.for_id(run_id, self.home)
+
+    def _existing(self, run_id: str) -> RunDir:
+        rd = self._rd(run_id)
+        if not rd.exists():
+            raise ValueError(f"no run {run_id!r} in {rd.path.parent}")
+        return rd
+
+
+class LocalRunner(Runner):
+    """Jobs as detached ``python -m jobs.worker RUN_ID`` processes, at most ``slots`` at a time."""
+
+    backend = "local"
+
+    def __init__(self, home: str | Path | None = None, slots: int = 2, grace_s: float = 10.0):
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        super().__init__(home, grace_s)
+        self.slots = int(slots)
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._queued_at: dict[str, str | None] = {}  # the queueing each spawned worker was started for
+        self._scheduler: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    # -- starting --------------------------------------------------------------------------------
+    def start(self, run_id: str) -> bool:
+        """Start a queued run now if a slot is free (True), else leave it queued for :meth:`tick`."""
+        rd = self._existing(run_id)
+        state = self._refresh(rd).get("state")
+        if state != "queued":
+            raise ValueError(f"run {run_id} is {state}, not queued" + ("; use resume" if state in RESUMABLE_STATES else ""))
+        started = run_id in self.tick()
+        if not started:
+            self._ensure_scheduler()
+        return started or self._proc_alive(run_id)
+
+    def tick(self) -> list[str]:
+        """Reap finished workers, escalate overdue cancels, start queued runs while slots are free."""
+        with self._lock:
+            self._reap()
+            running, queued = set(), []
+            for rd in iter_run_dirs(self.home):
+                st = self._refresh(rd)
+                state = st.get("state")
+                mine = st.get("backend") == self.backend and st.get("host", HOST) == HOST
+                if state == "running" and mine and self._local_alive(st):
+                    running.add(rd.run_id)
+                    self._escalate_cancel(rd, st)
+                elif state == "queued":
+                    if self._proc_alive(rd.run_id):
+                        running.add(rd.run_id)  # spawned, not yet marked running by its worker
+                    elif rd.cancel_requested():
+                        rd.write_status(state="cancelled", ended=now_iso(), message="cancelled before it started")
+                    else:
+                        queued.append((st.get("queued_at") or st.get("updated") or "", rd))
+            started = []
+            for _, rd in sorted(queued, key=lambda item: item[0])[: max(0, self.slots - len(running))]:
+                self._spawn(rd)
+                started.append(rd.run_id)
+            return started
+
+    def _spawn(self, rd: RunDir) -> None:
+        env = dict(os.environ)
+        env["EMALAB_HOME"] = str(self.home)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        # Workers share cores with each other and the app: OpenMP threads that spin while they wait
+        # (libgomp's default) starve the other slots (measured: 10x slower with two numba workers).
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        with open(rd.log_path, "ab") as log:
+            # Its own session: the worker survives the app's restart (and a Ctrl-C in its terminal).
+            self._procs[rd.run_id] = subprocess.Popen(
+                [sys.executable, "-m", "jobs.worker", rd.run_id], cwd=ROOT, env=env,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._queued_at[rd.run_id] = rd.read_status().get("queued_at")
+
+    def _reap(self) -> None:
+        for run_id, proc in list(self._procs.items()):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            del self._procs[run_id]
+            queued_at = self._queued_at.pop(run_id, None)
+            rd = self._rd(run_id)
+            st = rd.read_status()
+            # A worker that died before it could say so itself (an import error, a kill) - unless
+            # the run was queued again since (a resume after this worker's crash).
+            if rc != 0 and st.get("state") == "queued" and st.get("queued_at") == queued_at:
+                rd.write_status(state="failed", ended=now_iso(), message=f"worker exited with code {rc} before it started; see the log")
+
+    def _ensure_scheduler(self) -> None:
+        # Queued runs start when slots free up while this process lives, without anyone polling.
+        with self._lock:
+            if self._scheduler is not None and self._scheduler.is_alive():
+                return
+            self._scheduler = threading.Thread(target=self._schedule, name="emalab-scheduler", daemon=True)
+            self._scheduler.start()
+
+    def _schedule(self) -> None:
+        while not self._closed.wait(0.5):
+            with contextlib.suppress(Exception):
+                self.tick()
+                if not any(self._refresh(rd).get("state") in ("queued", "running") for rd in iter_run_dirs(self.home)):
+                    return
+
+    def close(self) -> None:
+        """Stop the scheduler thread (running workers go on: they are detached)."""
+        self._closed.set()
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=5)
+
+    # -- cancel ----------------------------------------------------------------------------------
+    def cancel(self, run_id: str, wait: bool = True) -> str:
+        """Ask the run to stop at its next step (it checkpoints first); returns its state.
+
+        A queued run is cancelled at once.  With ``wait``, a worker that has not stopped within
+        ``grace_s`` gets SIGTERM, then SIGKILL (it resumes from its newest periodic checkpoint);
+        without, :meth:`tick` escalates later.
+        """
+        rd = self._existing(run_id)
+        with self._lock:
+            st = self._refresh(rd)
+            state = st.get("state")
+            if state in FINAL_STATES:
+                return state
+            rd.request_cancel()
+            if state == "queued" and not self._proc_alive(run_id):
+                rd.write_status(state="cancelled", ended=now_iso(), message="cancelled before it started")
+                return "cancelled"
+        if not wait:
+            return state
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline:
+            self._reap()
+            state = self._refresh(rd).get("state")
+            if state in FINAL_STATES:
+                return state
+            time.sleep(0.05)
+        self._kill(rd, rd.read_status())
+        return self._refresh(rd).get("state")
+
+    def _escalate_cancel(self, rd: RunDir, st: dict) -> None:
+        try:
+            asked = rd.cancel_path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if time.time() - asked > self.grace_s:
+            self._kill(rd, st)
+
+    def _kill(self, rd: RunDir, st: dict) -> None:
+        pid = st.get("pid") or getattr(self._procs.get(rd.run_id), "pid", None)
+        if pid and st.get("host", HOST) == HOST and st.get("backend", self.backend) == self.backend:
+            for sig, patience in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)  # the worker leads its own session: its group is just it
+                end = time.monotonic() + patience
+                while time.monotonic() < end and pid_alive(pid):
+                    self._reap()
+                    time.sleep(0.05)
+                if not pid_alive(pid):
+                    break
+        self._reap()
+        if rd.read_status().get("state") in ("running", "queued"):
+            rd.write_status(state="cancelled", ended=now_iso(), eta_s=None,
+                            message="stopped by the runner: the worker ignored the cancel request")
+
+    def _proc_alive(self, run_id: str) -> bool:
+        proc = self._procs.get(run_id)
+        return proc is not None and proc.poll() is None
+
+    @staticmethod
+    def _local_alive(st: dict) -> bool:
+        return st.get("host", HOST) != HOST or pid_alive(st.get("pid"))
+
+    def _refresh(self, rd: RunDir) -> dict:
+        """The run's status, with a worker that died while "running" marked crashed."""
+        st = rd.read_status()
+        if st.get("state") != "running" or self._local_alive(st):
+            return st
+        # The worker writes its final state before it exits: re-read, in case it just did.
+        st = rd.read_status()
+        if st.get("state") == "running" and not self._local_alive(st):
+            st = rd.write_status(state="crashed", ended=now_iso(), eta_s=None,
+                                 message=f"worker process died (pid {st.get('pid')})")
+        return st

@@ -1,0 +1,223 @@
+"""The one worker function, run by both backends: a spawned process (local) or a Ray task.
+
+``run_job(run_id)`` reads the run folder's config, runs the experiment with a reporter that
+writes to the same folder (status, events, checkpoints, log), and leaves the final state there:
+done (with result.json), cancelled or failed (resumable from the newest checkpoint).  It never
+opens the store.
+
+    python -m jobs.worker RUN_ID      # what the local runner spawns; output goes to log.txt
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ema_core.experiments import Cancelled, config_error, get_experiment
+from jobs.rundir import RunDir, now_iso
+
+STATUS_INTERVAL_S = 0.2  # a fast loop reports every step; the status file is rewritten at most this often
+HEARTBEAT_S = 5.0  # liveness for runners that cannot see the worker's pid (Ray on another node)
+
+
+class RunDirReporter:
+    """The experiment's :class:`~ema_core.experiments.Reporter`, backed by a run folder."""
+
+    def __init__(self, rd: RunDir, min_interval: float = STATUS_INTERVAL_S):
+        self.rd = rd
+        self.min_interval = min_interval
+        _seal_events(rd)
+        self.seq = rd.next_seq()  # a resumed run continues the sequence: ingest stays idempotent
+        self.lock = threading.Lock()  # status.json is read-modify-write; the heartbeat thread writes too
+        self.pending: list[dict] = []
+        self.latest: dict[str, float] = dict(rd.read_status().get("latest") or {})  # kept across a resume
+        self.step: int | None = None
+        self.fraction = 0.0
+        self.message: str | None = None
+        self.t0 = time.monotonic()
+        self.f0: float | None = None  # fraction at this attempt's first report: the ETA's origin
+        self.last_write = 0.0
+
+    # -- Reporter ----------------------------------------------------------------------------------
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        metrics = {str(k): float(v) for k, v in metrics.items()}
+        self.pending.append({"seq": self.seq, "step": int(step), "time": now_iso(), "metrics": metrics})
+        self.seq += 1
+        self.latest.update(metrics)
+        self.step = int(step)
+        self._maybe_flush()
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        self.fraction = min(max(float(fraction), 0.0), 1.0)
+        if self.f0 is None:
+            self.f0 = self.fraction
+        if message is not None:
+            self.message = message
+        self._maybe_flush()
+
+    def should_stop(self) -> bool:
+        return self.rd.cancel_requested()
+
+    def save_checkpoint(self, step: int, state: dict) -> None:
+        # Events up to the checkpoint go out first: after a crash the resumed run re-logs exactly
+        # the steps after its checkpoint, so none is lost (some may appear twice, with new seqs).
+        self.flush()
+        self.rd.save_checkpoint(step, state)
+
+    def load_checkpoint(self) -> tuple[int, dict] | None:
+        return self.rd.latest_checkpoint()
+
+    # -- writing -----------------------------------------------------------------------------------
+    def _maybe_flush(self) -> None:
+        if time.monotonic() - self.last_write >= self.min_interval:
+            self.flush()
+
+    def flush(self, **extra) -> None:
+        events, self.pending = self.pending, []
+        self.rd.append_events(events)
+        fields = {"progress": self.fraction, "eta_s": self.eta(), "step": self.step, "latest": dict(self.latest),
+                  "message": self.message}
+        self.write_status(**{**fields, **extra})
+
+    def write_status(self, **fields) -> None:
+        with self.lock:
+            self.rd.write_status(heartbeat=now_iso(), **fields)
+            self.last_write = time.monotonic()
+
+    def eta(self) -> float | None:
+        done = self.fraction - (self.f0 or 0.0)
+        if done <= 0.0:
+            return None
+        return (time.monotonic() - self.t0) / done * (1.0 - self.fraction)
+
+
+def _seal_events(rd: RunDir) -> None:
+    # A worker killed mid-append can leave an unterminated last line.  Readers skip it, but the next
+    # append would glue the first new event onto it and lose that too: end the fragment first.
+    try:
+        with open(rd.events_path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            cut = fh.read(1) != b"\n"
+    except OSError:  # no file yet, or an empty one
+        return
+    if cut:
+        with open(rd.events_path, "ab") as fh:
+            fh.write(b"\n")
+
+
+def _heartbeat(reporter: RunDirReporter, stop: threading.Event) -> None:
+    # A long phase without progress calls (building the stream) still shows the worker alive.
+    while not stop.wait(HEARTBEAT_S):
+        with contextlib.suppress(Exception):
+            if time.monotonic() - reporter.last_write >= HEARTBEAT_S:
+                reporter.write_status()
+
+
+def _append_log(rd: RunDir, text: str) -> None:
+    # Written by the worker itself, so a Ray task's traceback lands in the run folder too.
+    with contextlib.suppress(OSError), open(rd.log_path, "a", encoding="utf-8") as fh:
+        fh.write(text if text.endswith("\n") else text + "\n")
+
+
+@contextlib.contextmanager
+def _exclusive(rd: RunDir):
+    """Hold the run's worker lock, or yield False when another live worker holds it.
+
+    Two runners (the app and a CLI) may start the same queued run at the same moment; the lock
+    lets exactly one worker through.  The kernel drops it when the process dies, even by kill -9.
+    """
+    rd.path.mkdir(parents=True, exist_ok=True)
+    fh = open(rd.path / "worker.lock", "a")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        fh.close()
+
+
+def run_job(run_id: str, home: str | Path | None = None, backend: str = "local") -> str:
+    """Run (or resume) one job to its end; returns the final state written to status.json."""
+    rd = RunDir.for_id(run_id, Path(home) if home is not None else None)
+    if not rd.exists():
+        raise FileNotFoundError(f"no run folder for {run_id}")
+    with _exclusive(rd) as mine:
+        if not mine:
+            return rd.read_status().get("state", "running")
+        status = rd.read_status()
+        if status.get("state") == "done":
+            return "done"  # a finished run is recognised, never run again
+        return _run_locked(rd, backend, int(status.get("attempts", 0)) + 1)
+
+
+def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
+    record = rd.read_config()
+    reporter = RunDirReporter(rd)
+    reporter.write_status(state="running", pid=os.getpid(), host=socket.gethostname(), backend=backend,
+                          started=now_iso(), ended=None, eta_s=None, message="starting", attempts=attempt)
+    _append_log(rd, f"[{now_iso()}] {record['kind']} run {rd.run_id}: attempt {attempt} on {backend}, pid {os.getpid()}")
+    stop = threading.Event()
+    threading.Thread(target=_heartbeat, args=(reporter, stop), daemon=True).start()
+    try:
+        exp = get_experiment(record["kind"])
+        cfg = exp.config_cls.model_validate(record["config"])
+        result = exp.run(cfg, reporter)
+        rd.write_result(result)
+        reporter.fraction, reporter.message = 1.0, "done"
+        reporter.flush(state="done", ended=now_iso(), eta_s=0.0)
+        state = "done"
+    except Cancelled as exc:
+        reporter.message = str(exc)
+        reporter.flush(state="cancelled", ended=now_iso(), eta_s=None)
+        state = "cancelled"
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach status.json
+        with contextlib.suppress(Exception):
+            reporter.flush()  # events logged before the failure are kept
+        _append_log(rd, traceback.format_exc())
+        reporter.write_status(state="failed", ended=now_iso(), eta_s=None, message=_one_line(exc))
+        if not isinstance(exc, Exception):
+            raise  # KeyboardInterrupt, SystemExit: recorded, then let them end the process
+        state = "failed"
+    finally:
+        stop.set()
+    _append_log(rd, f"[{now_iso()}] {state}")
+    return state
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):  # a stored config the current code no longer accepts
+        return f"invalid config: {config_error(exc)}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _terminate(signum, frame):  # noqa: ARG001
+    # The runner's last resort after the cancel flag was ignored: end as cancelled, not failed.
+    raise Cancelled(-1, "terminated by the runner after a cancel request")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m jobs.worker RUN_ID", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    state = run_job(args[0])
+    # Non-zero only for a failure: the runner takes a non-zero exit before "running" as a crash.
+    return 1 if state == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Export: pick a table and runs, group seeds as mean ± std, preview, download CSV/LaTeX/Markdown and figures."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ema_core.figures import identity_chart
+from pages._state import ingest_quietly
+from pages._ui import chart_with_downloads
+from store import EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
+
+MIME = {"csv": "text/csv", "latex": "application/x-tex", "markdown": "text/markdown"}
+LABEL = {"csv": "CSV", "latex": "LaTeX", "markdown": "Markdown"}
+
+st.title("Export")
+st.markdown(
+    "Every table here is a query over the store; the same query feeds `emalab export`. Grouping "
+    "puts runs with equal configs (all but the seed) in one row as mean ± std across seeds."
+)
+
+problem = ingest_quietly()
+if problem:
+    st.warning(f"The store could not be brought up to date: {problem}")
+
+try:
+    runs = list_runs(limit=None)
+except StoreError as exc:
+    st.error(str(exc))
+    st.stop()
+
+table = st.selectbox("Table", list(EXPORT_TABLES), format_func=lambda n: f"{n} — {EXPORT_TABLES[n].description}",
+                     key="export_table")
+choices = list(runs["run_id"]) if len(runs) else []
+picked = st.multiselect("Runs (none picked: all)", choices, key="export_runs")
+can_group = table in GROUPABLE
+grouped = st.toggle("Group equal configs across seeds (mean ± std)", key="export_grouped", disabled=not can_group,
+                    help=None if can_group else f"{table} is not grouped across seeds")
+run_ids = picked or None
+
+try:
+    frame = table_frame(table, run_ids, grouped and can_group)
+except (StoreError, ValueError) as exc:
+    st.error(str(exc))
+    st.stop()
+
+st.caption(f"{len(frame)} rows")
+st.dataframe(frame, hide_index=True, height=min(420, 38 + 35 * max(len(frame), 1)), key="export_preview")
+if len(frame):
+    stem = table + ("-grouped" if grouped and can_group else "")
+    with st.container(horizontal=True, gap="small"):
+        for fmt in FORMATS:
+            st.download_button(
+                LABEL.get(fmt, fmt), lambda fmt=fmt: render_table(table, fmt, run_ids, grouped and can_group),
+                file_name=stem + FORMATS[fmt], mime=MIME.get(fmt), key=f"export_{fmt}", on_click="ignore",
+                icon=":material/download:",
+            )
+
+if table == "dilution_accuracy" and len(frame) and not grouped:
+    st.subheader("Figure")
+    run_choice = st.selectbox("Run", sorted(frame["run_id"].unique()), key="export_fig_run")
+    one = frame[frame["run_id"] == run_choice]
+    chart_with_downloads(identity_chart(one[["feature", "lag", "accuracy"]], float(one["chance"].iloc[0])),
+                         f"identity_accuracy-{run_choice}", key="export_fig")

@@ -1,0 +1,101 @@
+"""Jobs: launch any registered experiment with a preset, watch it, cancel it, resume it, read its log."""
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from ema_core.experiments import REGISTRY, build_config
+from jobs.rundir import RESUMABLE_STATES
+from pages._state import ingest_quietly, runner
+
+ACTIVE = ("queued", "running")
+
+st.title("Jobs")
+st.markdown(
+    "Every result in EMA Lab comes from a job. A job runs in its own process and writes its run "
+    "folder; the store takes in what it wrote. Closing this page does not stop a job; a job whose "
+    "process dies is marked *crashed* and resumes from its newest checkpoint."
+)
+
+kinds = sorted(REGISTRY)
+kind = st.selectbox("Experiment", kinds, format_func=lambda k: f"{k} — {REGISTRY[k].description}", key="launch_kind")
+exp = REGISTRY[kind]
+with st.form("launch"):
+    left, right = st.columns([1, 1])
+    preset = left.selectbox("Preset", list(exp.presets), key="launch_preset")
+    seed = right.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="launch_seed")
+    overrides_text = st.text_area(
+        "Overrides (one `key=value` per line)", key="launch_overrides", height=80,
+        help="Settings of " + kind + ": " + ", ".join(exp.config_cls.model_fields),
+    )
+    launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
+
+with st.expander(f"What the presets of {kind} set"):
+    st.json({name: values for name, values in exp.presets.items()}, expanded=False)
+
+if launched:
+    try:
+        overrides = {}
+        for line in overrides_text.splitlines():
+            if line.strip():
+                key, sep, value = line.partition("=")
+                if not sep:
+                    raise ValueError(f"override lines are key=value, got {line.strip()!r}")
+                overrides[key.strip()] = value.strip()
+        cfg = build_config(kind, preset=preset, overrides=overrides, seed=int(seed))
+        run_id = runner().submit(kind, cfg, preset=preset)
+        st.success(f"Launched **{run_id}**.", icon=":material/rocket_launch:")
+    except ValueError as exc:
+        st.error(f"Not launched: {exc}")
+
+
+def _eta(seconds) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    return f" · about {seconds // 60} min {seconds % 60} s left" if seconds >= 60 else f" · about {seconds} s left"
+
+
+@st.fragment(run_every=1.0)
+def live_jobs() -> None:
+    r = runner()
+    rows = r.list()
+    # When a job has just finished, bring the store up to date so the other pages see it.
+    seen = st.session_state.setdefault("_jobs_seen_states", {})
+    if any(seen.get(row["run_id"]) in ACTIVE and row["state"] not in ACTIVE for row in rows):
+        problem = ingest_quietly()
+        if problem:
+            st.warning(problem)
+    st.session_state["_jobs_seen_states"] = {row["run_id"]: row["state"] for row in rows}
+
+    if not rows:
+        st.info("No jobs yet: launch one above.")
+        return
+    st.caption(f"{sum(row['state'] in ACTIVE for row in rows)} active of {len(rows)} jobs · refreshed every second")
+    for row in sorted(rows, key=lambda x: x.get("created") or "", reverse=True):
+        rid, state = row["run_id"], row["state"]
+        with st.container(border=True, key=f"job_{rid}"):
+            head, actions = st.columns([5, 2], vertical_alignment="center")
+            latest = ", ".join(f"{k} {v:.4g}" for k, v in list(row["latest"].items())[:4] if isinstance(v, (int, float)))
+            head.progress(min(max(row["progress"], 0.0), 1.0),
+                          text=f"**{rid}** · {state}{_eta(row['eta_s']) if state == 'running' else ''}"
+                          + (f" · {latest}" if latest else ""))
+            if row.get("message") and state != "done":
+                head.caption(row["message"])
+            with actions:
+                if state in ACTIVE and st.button("Cancel", key=f"cancel_{rid}", icon=":material/stop:"):
+                    r.cancel(rid, wait=False)
+                    st.rerun(scope="fragment")
+                if state in RESUMABLE_STATES and st.button("Resume", key=f"resume_{rid}", icon=":material/replay:"):
+                    try:
+                        r.resume(rid)
+                    except ValueError as exc:
+                        st.error(str(exc))
+                    st.rerun(scope="fragment")
+            with st.expander("Log and config"):
+                st.code(r.logs(rid, tail=40) or "(empty)", language=None)
+                st.code(json.dumps(r.status(rid), indent=1, default=str)[:4000], language="json")
+
+
+live_jobs()

@@ -1,0 +1,61 @@
+"""Overview: what the store holds, the paper's claims and where each is tested, a one-click reproduction."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ema_core.experiments import REGISTRY, build_config
+from pages._state import ingest_quietly, runner
+from store import StoreError, store_summary
+
+st.title("EMA Lab")
+st.markdown(
+    "A workbench for *EMA Is Not All You Need* (arXiv 2604.08556): where a fixed-decay recurrent "
+    "context — an exponential moving average $h_t = (1-\\alpha)h_{t-1} + \\alpha x_t$ — keeps "
+    "structure, and where it loses content. Every number on these pages comes from runs made here."
+)
+
+problem = ingest_quietly()
+if problem:
+    st.warning(f"The store could not be brought up to date: {problem}")
+try:
+    summary = store_summary()
+except StoreError as exc:
+    st.error(str(exc))
+    st.stop()
+
+st.subheader("The store")
+a, b, c = st.columns(3)
+a.metric("Runs", summary["runs"])
+b.metric("Metric rows", f"{summary['metric_rows']:,}")
+c.metric("Result rows", f"{sum(summary['results'].values()):,}")
+if summary["runs"]:
+    st.dataframe(summary["by_kind_status"], hide_index=True, key="overview_by_kind")
+else:
+    st.info("The store is empty. The trace-dilution explorer needs no runs; the button below starts a quick reproduction.")
+
+st.subheader("The paper's claims, and where they are tested")
+CLAIMS = [
+    ("Fixed-decay traces dilute token identity: the token at lag k keeps weight α(1−α)^k, whatever it was.",
+     "abstract", "pages/dilution.py", "Trace dilution"),
+    ("Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero labels.",
+     "abstract, summaries", None, "Structure (not built yet)"),
+    ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, "
+     "and swapping its predictor for attention changes nothing.", "abstract, summaries", None, "Content (not built yet)"),
+]
+for claim, source, page, label in CLAIMS:
+    with st.container(border=True):
+        st.markdown(f"{claim}  \n*Source: {source}.*")
+        if page:
+            st.page_link(page, label=f"Tested on: {label}", icon=":material/arrow_forward:")
+        else:
+            st.caption(label)
+
+st.subheader("Quick reproduction")
+st.markdown("Starts the `quick` preset of every registered experiment as background jobs; follow them on the Jobs page.")
+if st.button("Run the quick reproduction", type="primary", icon=":material/play_arrow:", key="quick_repro"):
+    started = []
+    for kind, exp in sorted(REGISTRY.items()):
+        if "quick" in exp.presets:
+            started.append(runner().submit(kind, build_config(kind, preset="quick"), preset="quick"))
+    st.success("Started: " + ", ".join(started))
+    st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")

@@ -1,0 +1,140 @@
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ema_core.experiments import REGISTRY, Cancelled, NullReporter, Reporter, build_config, get_experiment
+from ema_core.experiments.dilution_sweep import DilutionSweepConfig
+
+# Small enough to train in a second, big enough that α = 0.5 names the current token.
+TINY = dict(alphas=(0.5, 0.1), vocab=16, dim=16, max_lag=4, n_train=512, n_test=256, steps=60, batch=64,
+            checkpoint_every=7, log_every=5)
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
+
+
+def _exact(result):
+    # Wall-clock seconds are the one summary entry that cannot repeat.
+    return result["tables"], {k: v for k, v in result["summary"].items() if k != "seconds"}
+
+
+# -- build_config -------------------------------------------------------------------------------------
+def test_build_config_parses_command_line_strings():
+    cfg = build_config("dilution", overrides={"vocab": "32", "alphas": "0.5,0.1", "include_all": "false",
+                                              "lr": "1e-3", "max_lag": 3}, seed=7)
+    assert isinstance(cfg, DilutionSweepConfig)
+    assert (cfg.vocab, cfg.alphas, cfg.include_all, cfg.lr, cfg.max_lag, cfg.seed) == (32, (0.5, 0.1), False, 1e-3, 3, 7)
+    assert build_config("dilution", overrides={"alphas": "[0.5, 0.2]"}).alphas == (0.5, 0.2)
+    assert build_config("dilution", overrides={"alphas": "(0.5, 0.2)"}).alphas == (0.5, 0.2)
+    assert build_config("dilution", overrides={"alphas": "0.3"}).alphas == (0.3,)
+    assert build_config("dilution", overrides={"alphas": [0.5, 0.25]}).alphas == (0.5, 0.25)
+
+
+def test_presets_then_overrides_then_seed():
+    quick = build_config("dilution", preset="quick")
+    assert quick.vocab == 32 and quick.steps == 200
+    cfg = build_config("dilution", preset="quick", overrides={"steps": "10", "seed": "5"}, seed=9)
+    assert (cfg.steps, cfg.vocab, cfg.seed) == (10, 32, 9)
+    for name, exp in REGISTRY.items():
+        assert {"quick", "paper"} <= set(exp.presets), name
+        for preset in exp.presets:
+            build_config(name, preset=preset)  # every preset validates
+    assert set(build_config("dilution", preset="paper").alphas) >= {0.5, 0.1, 0.02}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(overrides={"vocab": "1"}), r"^vocab: Input should be greater than or equal to 2 \(got 1\)$"),
+    (dict(overrides={"vocab": "abc"}), r"^vocab: Input should be a valid integer"),
+    (dict(overrides={"steps": "1.5"}), r"^steps: Input should be a valid integer"),
+    (dict(overrides={"alphas": "0.5,1.5"}), r"^alphas: every rate must lie in \(0, 1\], got \[1.5\]"),
+    (dict(overrides={"alphas": "0.5,0.5"}), r"^alphas: rates must be distinct"),
+    (dict(overrides={"vocabulary": "32"}), r"^vocabulary: not a setting of dilution; settings: alphas, include_all, vocab"),
+    (dict(preset="huge"), r"^unknown preset 'huge' for dilution; presets: quick, paper$"),
+    (dict(seed=-1), r"^seed: Input should be greater than or equal to 0"),
+])
+def test_build_config_errors_are_one_clear_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as info:
+        build_config("dilution", **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_kind_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: dilution$"):
+        build_config("nope")
+    with pytest.raises(ValueError, match="known kinds"):
+        get_experiment("nope")
+
+
+def test_configs_forbid_unknown_fields():
+    for exp in REGISTRY.values():
+        assert exp.config_cls.model_config.get("extra") == "forbid"
+        assert exp.description
+
+
+# -- the dilution sweep ---------------------------------------------------------------------------------
+def test_dilution_sweep_decodes_the_current_token_and_forgets_old_ones():
+    cfg = build_config("dilution", overrides=dict(alphas=(0.5, 0.02), vocab=16, dim=32, max_lag=6, n_train=2048,
+                                                  n_test=1024, steps=150, batch=128, lr=0.02, checkpoint_every=1000))
+    rep = NullReporter()
+    result = REGISTRY["dilution"].run(cfg, rep)
+    rows = result["tables"]["dilution_accuracy"]
+    assert len(rows) == 3 * 7  # (α = 0.5, α = 0.02, all rates) × lags 0..6
+    assert set(rows[0]) == {"feature", "lag", "accuracy", "chance"}
+    acc = {(r["feature"], r["lag"]): r["accuracy"] for r in rows}
+    assert all(r["chance"] == 1 / 16 for r in rows)
+    assert acc[("α=0.5", 0)] > 0.9  # D ≥ V: the current token dominates a fast trace
+    assert acc[("α=0.5", 6)] < 2 / 16  # weight 0.5·0.5⁶ is buried under the newer tokens
+    assert acc[("all rates", 0)] > 0.9
+    s = result["summary"]
+    assert s["acc_lag0/α=0.5"] == acc[("α=0.5", 0)] and s["acc_lag6/α=0.5"] == acc[("α=0.5", 6)]
+    assert s["chance"] == 1 / 16 and s["seconds"] > 0
+    assert rep.fraction == 1.0
+    steps = [step for step, _ in rep.events]
+    assert steps == sorted(steps) and steps[-1] == 3 * 150
+    assert any(key.startswith("loss/") for _, m in rep.events for key in m)
+
+
+def test_cancel_then_resume_in_process_is_bit_exact():
+    cfg = build_config("dilution", overrides=TINY)
+    exp = REGISTRY["dilution"]
+    whole = exp.run(cfg, NullReporter())
+    for stop_after in (1, 8, 9):  # inside the first decoder, at a boundary, inside "all rates"
+        rep = NullReporter(stop_after_checkpoints=stop_after)
+        with pytest.raises(Cancelled) as info:
+            exp.run(cfg, rep)
+        assert 0 < info.value.step < 3 * TINY["steps"]
+        assert rep.fraction < 1.0
+        rep.stop_after_checkpoints = None
+        assert _exact(exp.run(cfg, rep)) == _exact(whole)
+
+
+def test_run_restores_torch_settings():
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    REGISTRY["dilution"].run(build_config("dilution", overrides={**TINY, "steps": 3}), NullReporter())
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (threads, deterministic)
+
+
+def test_a_checkpoint_of_another_config_is_refused():
+    exp = REGISTRY["dilution"]
+    rep = NullReporter(stop_after_checkpoints=1)
+    with pytest.raises(Cancelled):
+        exp.run(build_config("dilution", overrides=TINY), rep)
+    rep.stop_after_checkpoints = None
+    with pytest.raises(ValueError, match="another config"):
+        exp.run(build_config("dilution", overrides={**TINY, "lr": 0.5}), rep)
+
+
+def test_null_reporter_is_a_reporter():
+    assert isinstance(NullReporter(), Reporter)
+    assert NullReporter().load_checkpoint() is None
+
+
+def test_experiments_import_no_runner_store_or_ui():
+    code = ("import sys, ema_core.experiments; "
+            "bad = [m for m in ('streamlit', 'duckdb', 'jobs', 'store') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)

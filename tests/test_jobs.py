@@ -1,0 +1,215 @@
+"""The local runner end to end: real worker processes, real run folders, kill -9 and bit-exact resume."""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from ema_core.experiments import REGISTRY, NullReporter, build_config
+from jobs.registry import REGISTRY as JOBS_REGISTRY
+from jobs.runner import LocalRunner
+from jobs.rundir import RunDir, pid_alive, wait_for
+
+# Two rates + all = three decoders of 1000 steps (~0.3 s each on one core): long enough to stop mid-run.
+LONG = dict(alphas="0.5,0.1", vocab=16, dim=16, max_lag=4, n_train=512, n_test=256, steps=1000, batch=32,
+            checkpoint_every=200, log_every=50)
+SHORT = {**LONG, "steps": 40, "checkpoint_every": 20, "log_every": 10}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def runners():
+    made = []
+
+    def make(home, **kwargs):
+        runner = LocalRunner(home=home, **kwargs)
+        made.append(runner)
+        return runner
+
+    yield make
+    for runner in made:  # leave no worker of ours behind, whatever the test did
+        runner.close()
+        for row in runner.list():
+            pid = runner._rd(row["run_id"]).read_status().get("pid")
+            if row["state"] in ("running", "queued") and pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _exact(result):
+    return result["tables"], {k: v for k, v in result["summary"].items() if k != "seconds"}
+
+
+def _wait_for_checkpoint(rd: RunDir, timeout=60):
+    assert wait_for(lambda: rd.checkpoints() and rd.read_status().get("state") == "running", timeout, 0.01), \
+        f"no checkpoint: {rd.read_status()}"
+
+
+@pytest.fixture(scope="module")
+def long_reference():
+    # The uninterrupted run, in this process: the same bits as in a worker (one thread, one order).
+    return REGISTRY["dilution"].run(build_config("dilution", overrides=LONG, seed=3), NullReporter())
+
+
+def test_registry_is_reexported():
+    assert JOBS_REGISTRY is REGISTRY
+
+
+def test_quick_preset_end_to_end(home, runners):
+    runner = runners(home)
+    t0 = time.monotonic()
+    run_id = runner.submit("dilution", None, seed=0, preset="quick")
+    assert runner.wait(run_id, timeout=60) == "done", runner.logs(run_id)
+    seconds = time.monotonic() - t0
+    assert seconds < 20, f"the quick preset took {seconds:.1f} s"
+    rd = RunDir.for_id(run_id, home)
+    status = rd.read_status()
+    assert status["progress"] == 1.0 and status["eta_s"] == 0.0 and status["backend"] == "local"
+    assert status["latest"]["acc_lag0/α=0.5"] > 0.9
+    events, _, bad = rd.read_events()
+    seqs = [e["seq"] for e in events]
+    assert bad == 0 and seqs == list(range(len(events))) and len(events) > 10
+    result = json.loads(rd.result_path.read_text())
+    rows = result["tables"]["dilution_accuracy"]
+    assert len(rows) == 4 * 9 and result["summary"]["chance"] == 1 / 32
+    row = runner.status(run_id)
+    assert row["state"] == "done" and row["started"] and row["ended"] and row["kind"] == "dilution"
+    assert [r["run_id"] for r in runner.list()] == [run_id]
+    assert "done" in runner.logs(run_id)
+    shown = runner.show(run_id)
+    assert shown["config"]["vocab"] == 32 and shown["result"] == result and shown["state"] == "done"
+    # The same job again is recognised, not re-run.
+    assert runner.submit("dilution", build_config("dilution", preset="quick"), seed=0) == run_id
+    assert runner.status(run_id)["attempts"] == 1
+    with pytest.raises(ValueError, match="only failed, cancelled, crashed"):
+        runner.resume(run_id)
+    print(f"\nquick preset via the local runner: {seconds:.1f} s")
+
+
+def test_submit_rejects_bad_configs(home, runners):
+    runner = runners(home)
+    with pytest.raises(ValueError, match="^vocab: Input should be greater than or equal to 2"):
+        runner.submit("dilution", {"vocab": "1"}, seed=0)
+    with pytest.raises(ValueError, match="unknown experiment kind"):
+        runner.submit("nope", {}, seed=0)
+    assert runner.list() == []
+
+
+def test_cancel_then_resume_is_bit_exact(home, runners, long_reference):
+    runner = runners(home)
+    run_id = runner.submit("dilution", LONG, seed=3)
+    rd = RunDir.for_id(run_id, home)
+    _wait_for_checkpoint(rd)
+    assert runner.cancel(run_id) == "cancelled"
+    status = rd.read_status()
+    assert 0 < status["progress"] < 1 and "cancelled at step" in status["message"]
+    assert rd.read_result() is None
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=60) == "done", runner.logs(run_id)
+    assert _exact(rd.read_result()) == _exact(long_reference)
+    assert runner.status(run_id)["attempts"] == 2
+    seqs = [e["seq"] for e in rd.read_events()[0]]
+    assert seqs == list(range(len(seqs)))  # the resumed attempt continues the sequence
+
+
+def test_kill_9_is_detected_and_resumes_bit_exact(home, tmp_path, runners):
+    runner = runners(home)
+    other = runners(tmp_path / "other_home")  # the uninterrupted run, in its own data folder
+    run_id = runner.submit("dilution", LONG, seed=3)
+    ref_id = other.submit("dilution", LONG, seed=3)
+    assert ref_id == run_id
+    rd = RunDir.for_id(run_id, home)
+    _wait_for_checkpoint(rd)
+    pid = rd.read_status()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not pid_alive(pid), 10)
+    row = next(r for r in runner.list() if r["run_id"] == run_id)
+    assert row["state"] == "crashed" and "worker process died" in row["message"]
+    assert rd.read_result() is None
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=60) == "done", runner.logs(run_id)
+    assert other.wait(ref_id, timeout=60) == "done", other.logs(ref_id)
+    resumed, whole = rd.read_result(), RunDir.for_id(ref_id, tmp_path / "other_home").read_result()
+    assert _exact(resumed) == _exact(whole)  # ==, not approximately
+
+
+def test_a_worker_that_ignores_the_flag_is_terminated(home, runners):
+    runner = runners(home)
+    run_id = runner.submit("dilution", LONG, seed=4)
+    rd = RunDir.for_id(run_id, home)
+    _wait_for_checkpoint(rd)
+    pid = rd.read_status()["pid"]
+    runner._kill(rd, rd.read_status())  # what cancel does once the grace period is over, minus the flag
+    assert not pid_alive(pid)
+    status = rd.read_status()
+    assert status["state"] == "cancelled" and "terminated by the runner" in status["message"]
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=60) == "done", runner.logs(run_id)
+
+
+def test_corrupt_checkpoint_fails_clearly_and_alone(home, runners):
+    runner = runners(home, slots=2)
+    run_id = runner.submit("dilution", LONG, seed=5)
+    rd = RunDir.for_id(run_id, home)
+    _wait_for_checkpoint(rd)
+    assert runner.cancel(run_id) == "cancelled"
+    _, newest = rd.checkpoints()[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    bystander = runner.submit("dilution", SHORT, seed=6)
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=60) == "failed"
+    message = runner.status(run_id)["message"]
+    assert message.startswith("CheckpointError: checkpoint step-") and "cannot be loaded" in message
+    assert "\n" not in message
+    assert "Traceback" in runner.logs(run_id) and "CheckpointError" in runner.logs(run_id)
+    assert runner.wait(bystander, timeout=60) == "done"
+
+
+def test_a_cut_events_tail_is_tolerated(home, runners):
+    runner = runners(home)
+    run_id = runner.submit("dilution", LONG, seed=7)
+    rd = RunDir.for_id(run_id, home)
+    _wait_for_checkpoint(rd)
+    assert runner.cancel(run_id) == "cancelled"
+    before, _, _ = rd.read_events()
+    with open(rd.events_path, "a") as fh:
+        fh.write('{"seq": 999, "step": 1, "metr')  # a line cut by a crash
+    assert rd.read_events()[0] == before  # readers skip the unterminated tail
+    runner.resume(run_id)
+    assert runner.wait(run_id, timeout=60) == "done", runner.logs(run_id)
+    events, _, bad = rd.read_events()
+    assert bad == 1  # the fragment, and nothing else
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(len(seqs))) and len(events) > len(before)
+    assert events[-1]["step"] == 3 * LONG["steps"]
+
+
+def test_one_slot_runs_jobs_one_after_the_other(home, runners):
+    runner = runners(home, slots=1)
+    first = runner.submit("dilution", SHORT, seed=1)
+    second = runner.submit("dilution", SHORT, seed=2)
+    third = runner.submit("dilution", SHORT, seed=3)
+    assert runner.status(second)["state"] == "queued"
+    assert runner.cancel(third) == "cancelled"  # never started: cancelled at once
+    assert runner.status(first)["state"] in ("queued", "running")  # spawned; its worker marks it running
+    assert runner.wait(first, timeout=60) == "done"
+    assert runner.wait(second, timeout=60) == "done"
+    a, b = RunDir.for_id(first, home).read_status(), RunDir.for_id(second, home).read_status()
+    assert b["started"] >= a["ended"]
+    assert runner.status(third)["state"] == "cancelled" and RunDir.for_id(third, home).read_result() is None
+
+
+def test_queued_runs_start_without_polling(home, runners):
+    runner = runners(home, slots=1)
+    first = runner.submit("dilution", SHORT, seed=11)
+    second = runner.submit("dilution", SHORT, seed=12)
+    rd = RunDir.for_id(second, home)
+    # Nobody calls tick/wait: the runner's scheduler starts the second when the first ends.
+    assert wait_for(lambda: rd.read_status().get("state") == "done", 60, 0.2), rd.read_status()
+    assert RunDir.for_id(first, home).read_status()["state"] == "done"

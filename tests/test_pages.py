@@ -1,0 +1,95 @@
+"""The overview, jobs and export pages through AppTest, over a real store and real job processes."""
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from jobs.runner import LocalRunner
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+TIMEOUT = 60
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _page(path: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not at.exception, [e.value for e in at.exception]
+    if path:
+        at.switch_page(path).run()
+        assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _finished_run(home, **overrides) -> str:
+    runner = LocalRunner(home=home, slots=1)
+    cfg = dict(alphas=(0.5,), vocab=8, dim=8, max_lag=2, n_train=256, n_test=128, steps=20, batch=64,
+               checkpoint_every=10, log_every=5) | overrides
+    run_id = runner.submit("dilution", cfg)
+    assert runner.wait(run_id, timeout=120) == "done", runner.logs(run_id)
+    runner.close()
+    return run_id
+
+
+def test_overview_on_an_empty_store(home):
+    at = _page()
+    assert at.title[0].value == "EMA Lab"
+    assert any("2604.08556" in c.value for c in at.sidebar.caption)
+    assert [m.value for m in at.metric][:2] == ["0", "0"]
+    assert any("empty" in i.value for i in at.info)
+    assert any("Run the quick reproduction" == b.label for b in at.button)
+
+
+def test_overview_counts_what_the_store_holds(home):
+    _finished_run(home)
+    at = _page()
+    runs, metric_rows = at.metric[0].value, at.metric[1].value
+    assert runs == "1" and int(metric_rows.replace(",", "")) > 0
+    assert len(at.dataframe) == 1
+
+
+def test_jobs_page_launches_and_shows_a_job(home):
+    at = _page("pages/jobs.py")
+    assert at.title[0].value == "Jobs"
+    at.text_area(key="launch_overrides").set_value(
+        "vocab=8\ndim=8\nmax_lag=2\nn_train=256\nn_test=128\nsteps=20\nbatch=64\nalphas=0.5"
+    )
+    at.button[0].click()  # the form's submit button
+    at.run()
+    assert not at.exception
+    assert any("Launched" in s.value for s in at.success), [e.value for e in at.error]
+    run_id = at.success[0].value.split("**")[1]
+    runner = LocalRunner(home=home)
+    assert runner.wait(run_id, timeout=120) == "done", runner.logs(run_id)
+    at.run()
+    assert any(run_id in p.proto.text for p in at.get("progress"))
+
+
+def test_jobs_page_rejects_a_bad_override_and_writes_nothing(home):
+    at = _page("pages/jobs.py")
+    at.text_area(key="launch_overrides").set_value("vocab=1")
+    at.button[0].click()
+    at.run()
+    assert any("vocab" in e.value for e in at.error)
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_export_page_previews_and_offers_downloads(home):
+    run_id = _finished_run(home)
+    at = _page("pages/export.py")
+    at.selectbox(key="export_table").set_value("dilution_accuracy")
+    at.run()
+    assert not at.exception
+    frame = at.dataframe[0].value
+    assert set(frame["run_id"]) == {run_id} and len(frame) == 3  # one rate, lags 0..2
+    labels = {b.label for b in at.get("download_button")}
+    assert {"CSV", "LaTeX", "Markdown", "SVG", "PNG"} <= labels
+    at.toggle(key="export_grouped").set_value(True)
+    at.run()
+    assert not at.exception
+    assert "accuracy_mean" in at.dataframe[0].value.columns
