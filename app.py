@@ -1,10 +1,13 @@
 """EMA Lab: the router.  Pages live in pages/ and stay thin; the science is in ema_core."""
 import streamlit as st
 
+from pages._router import mark_routed
+
 st.set_page_config(page_title="EMA Lab", layout="wide")
 
 # Explicit pages rather than pages/ discovery: the order, titles and icons are decided here, and
-# helper modules in pages/ (pages/_ui.py) never show up as pages.
+# helper modules in pages/ (pages/_ui.py) never show up as pages (each page calls
+# pages/_router.ensure_router so that this holds for a deep link into a fresh server too).
 pg = st.navigation(
     [
         st.Page("pages/overview.py", title="Overview", icon=":material/home:", default=True),
@@ -13,6 +16,7 @@ pg = st.navigation(
         st.Page("pages/export.py", title="Export", icon=":material/ios_share:"),
     ]
 )
+mark_routed()
 
 with st.sidebar:
     st.caption(

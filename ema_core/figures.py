@@ -22,6 +22,10 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#e
 ALL_RATES_COLOR = "#333333"
 
 
+# Lags are whole steps: no 0.5 ticks when the range is short.
+LAG_AXIS = alt.Axis(tickMinStep=1, format="d")
+
+
 def _rate_scale(labels) -> alt.Scale:
     """The colour scale for rate labels in order of first appearance (plus ``ALL_RATES`` if present)."""
     labels = list(dict.fromkeys(labels))
@@ -54,7 +58,7 @@ def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
             subtitle=f"α(1−α)^k, whatever the token (below {WEIGHT_FLOOR:g} not drawn)"))
         .mark_line(point=True)
         .encode(
-            x=alt.X("lag:Q", title="lag k (steps)"),
+            x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
             y=alt.Y(
                 "weight:Q",
                 scale=alt.Scale(type="log"),
@@ -90,7 +94,7 @@ def sir_chart(analytic_df: pd.DataFrame) -> alt.Chart:
             "Signal-to-interference ratio", subtitle="w_k² against the rest of the trace's energy α/(2−α)"))
         .mark_line(point=True)
         .encode(
-            x=alt.X("lag:Q", title="lag k (steps)"),
+            x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
             y=alt.Y(
                 "sir_db_shown:Q",
                 scale=alt.Scale(domain=[-SIR_CLIP_DB, SIR_CLIP_DB], clamp=True),
@@ -113,7 +117,7 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
         alt.Chart(acc_df[["feature", "lag", "accuracy"]])
         .mark_line(point=True)
         .encode(
-            x=alt.X("lag:Q", title="lag k (steps)"),
+            x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
             y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), title="accuracy (held out)"),
             color=alt.Color("feature:N", scale=_rate_scale(order), sort=order, title="decoder reads"),
             tooltip=[

@@ -1,19 +1,34 @@
 """`emalab`: run experiments, manage jobs, export tables, look after the store, run benchmarks.
 
-Every command takes ``--json`` and then prints exactly one JSON object on stdout.  Bad arguments
-or config values print one line naming the field and what is allowed, exit with status 2, and
-write nothing.
+    emalab run KIND [--preset P] [--set key=value ...] [--seed N] [--background] [--json]
+    emalab jobs list|show|cancel|resume|logs [RUN_ID] [--json]
+    emalab export --table NAME --format csv|latex|markdown [--runs ID ...] [--grouped] [--out FILE] [--json]
+    emalab store migrate|check [--json]
+    emalab bench scan|dilution-page [--quick] [--json]
+
+With ``--json`` a command prints exactly one JSON object on stdout and nothing else (progress and
+warnings go to stderr), so its output can be piped into another program.  Bad arguments or config
+values print one line ``emalab: error: ...`` naming the field and what it allows, exit with
+status 2, and write nothing: every argument is checked before a run folder, the store or an
+export is touched.  A store or data folder that cannot be used prints one line and exits with 1.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import math
+import os
 import sys
 import time
 from typing import Any, NoReturn, Sequence
 
-EXIT_USAGE = 2
+EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+POLL_S = 0.2
 
 
 class UsageError(Exception):
@@ -25,30 +40,59 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set expects key=value, got {pair!r}")
-        out[key.strip()] = value
-    return out
+# --- output ---------------------------------------------------------------------------------------
+
+
+def _one_line(text: Any) -> str:
+    # An argument may hold a newline (or another line break Python splits on); shown escaped, the
+    # message stays the one line a script can read.
+    s = str(text)
+    return "".join(c if len(f"a{c}a".splitlines()) == 1 else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+def _jsonable(obj: Any) -> Any:
+    # Strict JSON: NaN and infinities (a diverged loss) become null rather than invalid tokens.
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    return str(obj)
 
 
 def _emit(obj: Any, as_json: bool, text: str | None = None) -> None:
     if as_json:
-        print(json.dumps(obj, sort_keys=True, default=str))
+        print(json.dumps(_jsonable(obj), sort_keys=True, allow_nan=False))
     elif text is not None:
         print(text)
+
+
+def _warn(message: str) -> None:
+    print(f"emalab: warning: {_one_line(message)}", file=sys.stderr)
 
 
 # --- run ------------------------------------------------------------------------------------------
 
 
+def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE (a setting of the experiment), got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
 def cmd_run(args) -> int:
     from jobs.registry import build_config
+    from jobs.rundir import StorageError
     from jobs.runner import LocalRunner
 
+    # Validated here, before the runner creates the run folder: a bad value writes nothing.
     try:
         config = build_config(args.kind, preset=args.preset, overrides=_parse_sets(args.set), seed=args.seed)
     except ValueError as exc:
@@ -56,19 +100,54 @@ def cmd_run(args) -> int:
     runner = LocalRunner(slots=args.slots)
     run_id = runner.submit(args.kind, config, preset=args.preset)
     if args.background:
-        st = runner.status(run_id)
-        _emit({"run_id": run_id, "kind": args.kind, "state": st.get("state"), "background": True}, args.json,
-              f"{run_id} {st.get('state')} (follow with: emalab jobs show {run_id})")
-        return 0
-    state = _follow(runner, run_id, quiet=args.json)
-    return _finish_run(runner, run_id, state, args)
+        record = _run_record(runner, run_id, args.preset, background=True)
+        hint = ("queued: it starts when a slot frees up (any `emalab jobs` command or the app starts it)"
+                if record["state"] == "queued" else f"follow with: emalab jobs show {run_id}")
+        _emit(record, args.json, f"{run_id} {record['state']} ({hint})")
+        return EXIT_OK
+    _follow(runner, run_id, quiet=args.json)
+    from store import StoreError, ingest  # pandas and DuckDB: only once there is something to ingest
+
+    ingest_error = None
+    try:
+        ingest(run_ids=[run_id])
+    except (StoreError, StorageError) as exc:  # the run itself is fine, and reported below
+        ingest_error = str(exc)
+        _warn(f"the run finished but could not be added to the store: {exc}")
+    record = _run_record(runner, run_id, args.preset, background=False)
+    record["ingested"] = ingest_error is None
+    text = f"{run_id}: {record['state']}"
+    if record.get("message") not in (None, record["state"]):
+        text += f" ({record['message']})"
+    if record["summary"]:
+        text += "\n" + "\n".join(f"  {k}: {v}" for k, v in record["summary"].items())
+    _emit(record, args.json, text)
+    return EXIT_OK if record["state"] == "done" and ingest_error is None else EXIT_FAILED
+
+
+def _run_record(runner, run_id: str, preset: str | None, background: bool) -> dict:
+    """The object `run --json` prints: stable keys, then the summary's keys where they do not clash."""
+    from jobs.rundir import RunDir
+
+    rd = RunDir.for_id(run_id, runner.home)
+    st = runner.status(run_id)
+    config = rd.read_config()
+    summary = (rd.read_result() or {}).get("summary") or {}
+    stable = {
+        "run_id": run_id, "kind": config["kind"], "seed": config["seed"], "state": st.get("state"),
+        "preset": preset, "config": config["config"], "progress": st.get("progress"),
+        "message": st.get("message"), "background": background, "summary": summary,
+        "path": str(rd.path),
+    }
+    return {**summary, **stable}
 
 
 def _follow(runner, run_id: str, quiet: bool) -> str:
-    """Wait for the job with a progress bar on stderr; Ctrl-C cancels it."""
+    """Wait for the job with a progress bar on stderr; Ctrl-C cancels it (it checkpoints first)."""
     from tqdm import tqdm
 
-    bar = tqdm(total=1000, desc=run_id, unit="‰", disable=quiet, file=sys.stderr, leave=False)
+    bar = tqdm(total=1000, desc=run_id, unit="‰", disable=quiet, file=sys.stderr, leave=False,
+               bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
     try:
         while True:
             runner.tick()
@@ -78,33 +157,13 @@ def _follow(runner, run_id: str, quiet: bool) -> str:
             bar.refresh()
             if st.get("state") in ("done", "failed", "cancelled", "crashed"):
                 return st["state"]
-            time.sleep(0.2)
+            time.sleep(POLL_S)
     except KeyboardInterrupt:
-        runner.cancel(run_id)
-        return "cancelled"
+        bar.close()
+        print(f"emalab: cancelling {run_id} …", file=sys.stderr)
+        return runner.cancel(run_id)
     finally:
         bar.close()
-
-
-def _finish_run(runner, run_id: str, state: str, args) -> int:
-    from jobs.rundir import RunDir
-    from store import ingest
-
-    ingest(run_ids=[run_id])
-    rd = RunDir.for_id(run_id)
-    status, config = rd.read_status(), rd.read_config()
-    result = rd.read_result() or {}
-    out = {
-        "run_id": run_id, "kind": config["kind"], "seed": config["seed"], "state": state,
-        "preset": args.preset, "config": config["config"], "summary": result.get("summary", {}),
-        "message": status.get("message"),
-    }
-    out.update(result.get("summary", {}))
-    text = f"{run_id}: {state}" + (f" — {status.get('message')}" if status.get("message") else "")
-    if result.get("summary"):
-        text += "\n" + "\n".join(f"  {k}: {v}" for k, v in result["summary"].items())
-    _emit(out, args.json, text)
-    return 0 if state == "done" else EXIT_FAILED
 
 
 # --- jobs -----------------------------------------------------------------------------------------
@@ -113,35 +172,48 @@ def _finish_run(runner, run_id: str, state: str, args) -> int:
 def cmd_jobs(args) -> int:
     from jobs.runner import LocalRunner
 
+    if args.tail < 0:
+        raise UsageError(f"--tail must be 0 (everything) or a positive number of lines, got {args.tail}")
+    if args.action == "list":
+        if args.run_id is not None:
+            raise UsageError("jobs list takes no run id (use: emalab jobs show RUN_ID)")
+    elif not args.run_id:
+        raise UsageError(f"jobs {args.action} needs a run id (see: emalab jobs list)")
+    else:
+        _known(args.run_id)
     runner = LocalRunner(slots=args.slots)
+    if args.action in ("list", "show"):
+        # A queued run has no process waiting to start it once the CLI that queued it has exited:
+        # looking at the jobs starts those that fit in the free slots, as the app's Jobs page does.
+        runner.tick()
     if args.action == "list":
         rows = runner.list()
-        lines = [f"{r['run_id']:<40} {r['state']:<10} {100 * float(r.get('progress') or 0):5.1f}%" for r in rows]
-        _emit({"jobs": rows}, args.json, "\n".join(lines) or "no jobs")
-        return 0
-    if not args.run_id:
-        raise UsageError(f"jobs {args.action} needs a run id")
-    _known(args.run_id)
+        lines = [f"{r['run_id']:<32} {r['state']:<10} {100 * float(r.get('progress') or 0):5.1f}%  "
+                 f"{r.get('message') or ''}" for r in rows]
+        _emit({"jobs": rows, "count": len(rows)}, args.json, "\n".join(lines) or "no jobs")
+        return EXIT_OK
+    run_id = args.run_id
     if args.action == "show":
-        from jobs.rundir import RunDir
-
-        rd = RunDir.for_id(args.run_id)
-        info = {"run_id": args.run_id, "job": runner.status(args.run_id), "config": rd.read_config(),
-                "summary": (rd.read_result() or {}).get("summary")}
-        _emit(info, args.json, json.dumps(info, indent=2, default=str))
+        info = runner.show(run_id)
+        info["summary"] = (info.get("result") or {}).get("summary")
+        brief = {k: info[k] for k in ("run_id", "kind", "seed", "state", "progress", "eta_s", "step", "message",
+                                      "started", "ended", "attempts", "checkpoints", "config", "summary", "path")}
+        _emit(info, args.json, json.dumps(_jsonable(brief), indent=2, ensure_ascii=False))
     elif args.action == "cancel":
-        runner.cancel(args.run_id)
-        _emit({"run_id": args.run_id, "state": runner.status(args.run_id).get("state")}, args.json, f"{args.run_id}: cancel requested")
+        state = runner.cancel(run_id)
+        _emit({"run_id": run_id, "action": "cancel", "state": state}, args.json, f"{run_id}: {state}")
     elif args.action == "resume":
         try:
-            runner.resume(args.run_id)
-        except ValueError as exc:
+            runner.resume(run_id)
+        except ValueError as exc:  # not in a resumable state: nothing was changed
             raise UsageError(str(exc)) from exc
-        _emit({"run_id": args.run_id, "state": runner.status(args.run_id).get("state")}, args.json, f"{args.run_id}: resumed")
+        state = runner.status(run_id).get("state")
+        _emit({"run_id": run_id, "action": "resume", "state": state}, args.json,
+              f"{run_id}: resumed ({state}); follow with: emalab jobs show {run_id}")
     elif args.action == "logs":
-        text = runner.logs(args.run_id, tail=args.tail)
-        _emit({"run_id": args.run_id, "log": text}, args.json, text)
-    return 0
+        text = runner.logs(run_id, tail=args.tail)
+        _emit({"run_id": run_id, "log": text, "tail": args.tail}, args.json, text)
+    return EXIT_OK
 
 
 def _known(run_id: str) -> None:
@@ -151,43 +223,167 @@ def _known(run_id: str) -> None:
         ok = RunDir.for_id(run_id).exists()
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    except OSError as exc:  # a name the file system cannot hold (too long, a NUL byte)
+        raise UsageError(f"run id {run_id!r} is not a usable name: {exc.strerror or exc}") from exc
     if not ok:
         raise UsageError(f"no run with id {run_id!r} (see: emalab jobs list)")
 
 
-# --- export, store, bench -----------------------------------------------------------------------
+# --- export ---------------------------------------------------------------------------------------
 
 
 def cmd_export(args) -> int:
-    from store import EXPORT_TABLES, export_table, ingest
+    from store import export as ex
+    from store.queries import GROUPABLE
 
-    if args.table not in EXPORT_TABLES:
-        raise UsageError(f"--table must be one of {', '.join(sorted(EXPORT_TABLES))}, got {args.table!r}")
+    # Everything is checked before the store is brought up to date: a bad argument leaves no store
+    # file, no export folder and no export behind.
+    if args.table not in ex.EXPORT_TABLES:
+        raise UsageError(f"--table must be one of {', '.join(ex.EXPORT_TABLES)}, got {args.table!r}")
+    if args.grouped and args.table not in GROUPABLE:
+        raise UsageError(f"--grouped: table {args.table!r} cannot be grouped across seeds; "
+                         f"groupable: {', '.join(GROUPABLE)}")
+    if args.runs is not None and args.table == "bench_figures":
+        raise UsageError("--runs: table 'bench_figures' is not per run; leave --runs out")
     for run_id in args.runs or ():
         _known(run_id)
-    ingest()
+    stem = args.table + ("-grouped" if args.grouped else "")
     try:
-        path = export_table(args.table, args.format, run_ids=args.runs or None, grouped=args.grouped, out=args.out)
+        ex.export_path(args.out, args.format, stem)
     except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    _emit({"table": args.table, "format": args.format, "path": str(path)}, args.json, str(path))
-    return 0
+        raise UsageError(f"--out: {exc}") from exc
+    except OSError as exc:
+        raise UsageError(f"--out: {args.out!r} is not a usable file name: {exc.strerror or exc}") from exc
+
+    from store import ingest
+
+    report = ingest()
+    for err in report.get("errors") or ():
+        _warn(f"run {err.get('run_id')}: {err.get('error')}")
+    try:
+        path = ex.export_table(args.table, args.format, run_ids=args.runs or None, grouped=args.grouped, out=args.out)
+    except ValueError as exc:  # the target changed under us (a link swapped in): nothing written
+        raise UsageError(f"--out: {exc}") from exc
+    _emit({"table": args.table, "format": args.format, "grouped": args.grouped, "runs": args.runs or None,
+           "path": str(path), "size_bytes": path.stat().st_size}, args.json, str(path))
+    return EXIT_OK
+
+
+# --- store ----------------------------------------------------------------------------------------
 
 
 def cmd_store(args) -> int:
     from store import check, migrate_store
 
-    report = migrate_store() if args.action == "migrate" else check()
-    _emit(report, args.json, json.dumps(report, indent=2, default=str))
-    return 0
+    if args.action == "migrate":
+        report = migrate_store()
+        report["ok"] = True
+        text = (f"{report['path']}: schema {report['schema_version']}"
+                + (f"; applied {', '.join(report['applied'])}" if report["applied"] else "; up to date"))
+        _emit(report, args.json, text)
+        return EXIT_OK
+    report = check()
+    if not report["exists"]:
+        text = f"{report['path']}: no store yet (it is created by the first ingest, or by: emalab store migrate)"
+    else:
+        text = "\n".join([f"{report['path']}: schema {report['schema_version']} "
+                          f"(code {report['code_schema_version']}), {report.get('size_bytes', 0)} bytes",
+                          *(f"  {t}: {n} rows" for t, n in report["tables"].items()),
+                          *(f"  problem: {p}" for p in report["problems"]),
+                          "ok" if report["ok"] else "NOT ok"])
+    _emit(report, args.json, text)
+    return EXIT_OK if report["ok"] else EXIT_FAILED
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+BENCHES = {"scan": ("bench.scan", "scan"), "dilution-page": ("bench.dilution_page", "dilution_page")}
+# Settings, verdicts and constants rather than measurements.
+_NOT_FIGURES = {"machine", "shapes", "targets", "quick", "seconds", "cpus", "load_average_1m", "meets_target",
+                "target_ms", "bytes_per_output"}
 
 
 def cmd_bench(args) -> int:
     import importlib
 
-    module = {"scan": "bench.scan", "dilution-page": "bench.dilution_page"}[args.name]
-    argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
-    return importlib.import_module(module).main(argv) or 0
+    if args.quick and args.name != "scan":
+        raise UsageError(f"--quick applies to bench scan only; {args.name} has a single size")
+    if args.T is not None and args.name != "scan":
+        raise UsageError("--T applies to bench scan only")
+    if args.T is not None and args.T < 2:
+        raise UsageError(f"--T must be at least 2, got {args.T}")
+    module_name, bench = BENCHES[args.name]
+    argv = ["--json"] + (["--quick"] if args.quick else []) + (["--T", str(args.T)] if args.T else [])
+    # The benchmark prints its JSON on stdout; caught here so that stdout carries exactly one
+    # object (the report and what was recorded), and any stray output goes to stderr.
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = importlib.import_module(module_name).main(argv) or 0
+    report, stray = _last_json_object(buf.getvalue())
+    if stray.strip():
+        sys.stderr.write(stray if stray.endswith("\n") else stray + "\n")
+    if rc or report is None:
+        print(f"emalab: bench {args.name} failed (exit status {rc or 'ok, but no report'})", file=sys.stderr)
+        return EXIT_FAILED
+    report["bench"] = bench
+    report["recorded_figures"] = _record(bench, report, args)
+    if args.json:
+        _emit(report, True)
+    elif args.name == "scan":
+        from bench.scan import print_table
+
+        print_table(report)
+    else:
+        print("\n".join(f"{k}: {v}" for k, v in report.items() if k not in ("bench", "recorded_figures")))
+    return EXIT_OK
+
+
+def _last_json_object(text: str) -> tuple[dict | None, str]:
+    """(the last JSON object that ends the text, everything before it)."""
+    decoder = json.JSONDecoder()
+    starts = [i for i, c in enumerate(text) if c == "{" and (i == 0 or text[i - 1] == "\n")]
+    for i in reversed(starts):
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and not text[end:].strip():
+            return obj, text[:i]
+    return None, text
+
+
+def _figures(obj: Any, prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in obj.items():
+        if not prefix and key in _NOT_FIGURES:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_figures(value, name + "/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[name] = float(value)
+    return out
+
+
+def _record(bench: str, report: dict, args) -> int:
+    # The store's bench_figures table (and its export) shows the newest figure of every key with
+    # the machine and the command: a benchmark run from here is recorded there.
+    from store import record_bench
+
+    machine = report.get("machine") if isinstance(report.get("machine"), dict) else {}
+    for key in ("cpus", "load_average_1m"):
+        if key in report:
+            machine = {**machine, key: report[key]}
+    command = " ".join(["emalab", "bench", args.name] + (["--quick"] if args.quick else [])
+                       + (["--T", str(args.T)] if args.T else []))
+    from jobs.rundir import StorageError
+    from store import StoreError
+
+    try:
+        return record_bench(bench, _figures(report), machine=machine or None, command=command)
+    except (StoreError, StorageError) as exc:  # the figures are still printed
+        _warn(f"the figures could not be recorded in the store: {exc}")
+        return 0
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -196,52 +392,54 @@ def cmd_bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from jobs.registry import REGISTRY
 
-    p = _Parser(prog="emalab", description="EMA Lab: experiments, jobs, exports and the store.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = _Parser(prog="emalab", description="EMA Lab: experiments, jobs, exports, the store and benchmarks.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run an experiment (foreground with a progress bar, or --background)")
+    run = sub.add_parser("run", help="run an experiment (in the foreground with a progress bar, or --background)")
     run.add_argument("kind", choices=sorted(REGISTRY))
-    run.add_argument("--preset")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--preset", help="a named set of settings (dilution: quick, paper)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="one setting, e.g. --set vocab=32 --set alphas=0.5,0.1 (repeatable)")
     run.add_argument("--seed", type=int)
-    run.add_argument("--background", action="store_true")
-    run.add_argument("--slots", type=int, default=2)
-    run.add_argument("--json", action="store_true")
+    run.add_argument("--background", action="store_true", help="start the job and return at once")
+    run.add_argument("--slots", type=int, default=2, help="jobs that may run at once (default 2)")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(fn=cmd_run)
 
     jobs = sub.add_parser("jobs", help="list, show, cancel, resume and read the logs of jobs")
     jobs.add_argument("action", choices=["list", "show", "cancel", "resume", "logs"])
     jobs.add_argument("run_id", nargs="?")
-    jobs.add_argument("--tail", type=int, default=200)
-    jobs.add_argument("--slots", type=int, default=2)
-    jobs.add_argument("--json", action="store_true")
+    jobs.add_argument("--tail", type=int, default=200, help="log lines to show (0: all)")
+    jobs.add_argument("--slots", type=int, default=2, help="jobs that may run at once (default 2)")
+    jobs.add_argument("--json", action="store_true", help="print one JSON object")
     jobs.set_defaults(fn=cmd_jobs)
 
     exp = sub.add_parser("export", help="export a result table as CSV, LaTeX (booktabs) or Markdown")
-    exp.add_argument("--table", required=True)
+    exp.add_argument("--table", required=True, help="runs, metrics_final, dilution_accuracy, probe_accuracy, "
+                                                    "lm_eval, bench_figures")
     exp.add_argument("--format", required=True, choices=["csv", "latex", "markdown"])
-    exp.add_argument("--runs", nargs="*")
+    exp.add_argument("--runs", nargs="*", metavar="RUN_ID", help="only these runs (default: all)")
     exp.add_argument("--grouped", action="store_true", help="equal configs across seeds as mean ± std")
-    exp.add_argument("--out")
-    exp.add_argument("--json", action="store_true")
+    exp.add_argument("--out", help="file name inside $EMALAB_HOME/exports (default: TABLE.EXT)")
+    exp.add_argument("--json", action="store_true", help="print one JSON object")
     exp.set_defaults(fn=cmd_export)
 
     store = sub.add_parser("store", help="migrate or check the store")
     store.add_argument("action", choices=["migrate", "check"])
-    store.add_argument("--json", action="store_true")
+    store.add_argument("--json", action="store_true", help="print one JSON object")
     store.set_defaults(fn=cmd_store)
 
-    bench = sub.add_parser("bench", help="run a benchmark")
-    bench.add_argument("name", choices=["scan", "dilution-page"])
-    bench.add_argument("--quick", action="store_true")
-    bench.add_argument("--json", action="store_true")
+    bench = sub.add_parser("bench", help="run a benchmark and record its figures in the store")
+    bench.add_argument("name", choices=sorted(BENCHES))
+    bench.add_argument("--quick", action="store_true", help="scan: a shorter stream, fewer repeats")
+    bench.add_argument("--T", type=int, default=None, help=argparse.SUPPRESS)  # tiny scans for tests
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(fn=cmd_bench)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from jobs.rundir import StorageError
-    from store import StoreError
 
     try:
         args = build_parser().parse_args(argv)
@@ -249,11 +447,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"--slots must be at least 1, got {args.slots}")
         return args.fn(args)
     except UsageError as exc:
-        print(f"emalab: error: {exc}", file=sys.stderr)
+        print(f"emalab: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except (StorageError, StoreError) as exc:  # busy, newer or foreign store, full/read-only folder
-        print(f"emalab: {exc}", file=sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (`emalab jobs list | head`): stop quietly, and keep Python's exit-time
+        # flush of stdout from raising a second time.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
+    except Exception as exc:
+        # Busy, newer or foreign store, full or read-only folder.  The store's module (and pandas
+        # behind it) is looked up rather than imported: commands that never open the store start
+        # faster, and a StoreError can only come from a command that imported it.
+        store_db = sys.modules.get("store.db")
+        known = (StorageError,) + ((store_db.StoreError,) if store_db is not None else ())
+        if not isinstance(exc, known):
+            raise
+        print(f"emalab: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("emalab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except SystemExit as exc:  # --help: argparse printed it and asks to exit; a caller gets a code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
 
 
 if __name__ == "__main__":

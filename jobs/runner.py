@@ -45,7 +45,9 @@ def validated_config(kind: str, config: BaseModel | dict | None = None, seed: in
     """The config a job will run: a model of the kind's class, or preset + overrides; ValueError otherwise."""
     exp = get_experiment(kind)
     if isinstance(config, BaseModel):
-        if not isinstance(config, exp.config_cls):
+        # By name, not isinstance: Streamlit re-imports edited modules while a cached runner keeps
+        # the old classes, and the config is rebuilt from its fields below anyway.
+        if type(config).__name__ != exp.config_cls.__name__:
             raise ValueError(f"a {kind} job needs a {exp.config_cls.__name__}, got {type(config).__name__}")
         return build_config(kind, overrides=config.model_dump(), seed=seed)
     return build_config(kind, preset=preset, overrides=config or {}, seed=seed)

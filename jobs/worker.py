@@ -157,8 +157,11 @@ def run_job(run_id: str, home: str | Path | None = None, backend: str = "local")
         if not mine:
             return rd.read_status().get("state", "running")
         status = rd.read_status()
-        if status.get("state") == "done":
-            return "done"  # a finished run is recognised, never run again
+        if status.get("state") != "queued":
+            # Only a queued run starts (submit and resume queue it).  A spare worker that got the
+            # lock after the real one finished must not run a done run again, nor restart a
+            # cancelled one before anyone asked for a resume.
+            return status.get("state", "queued")
         return _run_locked(rd, backend, int(status.get("attempts", 0)) + 1)
 
 

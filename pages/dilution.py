@@ -18,7 +18,10 @@ from ema_core.dilution import (
     measure_identity,
 )
 from ema_core.figures import identity_chart, lag_weight_chart, sir_chart
+from pages._router import ensure_router
 from pages._ui import chart_with_downloads, table_downloads
+
+ensure_router()  # before anything is drawn: see pages/_router.py
 
 RATES = (("fast", "alpha_fast"), ("medium", "alpha_medium"), ("slow", "alpha_slow"))
 # key: (min, max, default) of every number the page takes.

@@ -4,9 +4,12 @@ from __future__ import annotations
 import streamlit as st
 
 from ema_core.figures import identity_chart
+from pages._router import ensure_router
 from pages._state import ingest_quietly
 from pages._ui import chart_with_downloads
 from store import EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
+
+ensure_router()  # before anything is drawn: see pages/_router.py
 
 MIME = {"csv": "text/csv", "latex": "application/x-tex", "markdown": "text/markdown"}
 LABEL = {"csv": "CSV", "latex": "LaTeX", "markdown": "Markdown"}

@@ -7,9 +7,15 @@ import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
 from jobs.rundir import RESUMABLE_STATES
+from pages._router import ensure_router
 from pages._state import ingest_quietly, runner
 
+ensure_router()  # before anything is drawn: see pages/_router.py
+
 ACTIVE = ("queued", "running")
+# Job cards drawn at first: a data folder holds thousands of runs, and a card per run would make the
+# page take seconds to draw, every second.  Active jobs are always shown.
+SHOWN = 20
 
 st.title("Jobs")
 st.markdown(
@@ -72,8 +78,13 @@ def live_jobs() -> None:
     if not rows:
         st.info("No jobs yet: launch one above.")
         return
-    st.caption(f"{sum(row['state'] in ACTIVE for row in rows)} active of {len(rows)} jobs · refreshed every second")
-    for row in sorted(rows, key=lambda x: x.get("created") or "", reverse=True):
+    limit = st.session_state.setdefault("jobs_shown", SHOWN)
+    newest = sorted(rows, key=lambda x: x.get("created") or "", reverse=True)
+    shown = [row for i, row in enumerate(newest) if i < limit or row["state"] in ACTIVE]
+    hidden = len(rows) - len(shown)
+    st.caption(f"{sum(row['state'] in ACTIVE for row in rows)} active of {len(rows)} jobs"
+               + (f" · {len(shown)} shown" if hidden else "") + " · refreshed every second")
+    for row in shown:
         rid, state = row["run_id"], row["state"]
         with st.container(border=True, key=f"job_{rid}"):
             head, actions = st.columns([5, 2], vertical_alignment="center")
@@ -95,7 +106,15 @@ def live_jobs() -> None:
                     st.rerun(scope="fragment")
             with st.expander("Log and config"):
                 st.code(r.logs(rid, tail=40) or "(empty)", language=None)
-                st.code(json.dumps(r.status(rid), indent=1, default=str)[:4000], language="json")
+                # The row is what status() would read again: the list read it a moment ago.
+                st.code(json.dumps(row, indent=1, default=str)[:4000], language="json")
+    if hidden:
+        st.button(f"Show {min(SHOWN, hidden)} more of {hidden} older jobs", key="jobs_more",
+                  icon=":material/expand_more:", on_click=_show_more)
+
+
+def _show_more() -> None:
+    st.session_state["jobs_shown"] += SHOWN
 
 
 live_jobs()

@@ -4,8 +4,11 @@ from __future__ import annotations
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
+from pages._router import ensure_router
 from pages._state import ingest_quietly, runner
 from store import StoreError, store_summary
+
+ensure_router()  # before anything is drawn: see pages/_router.py
 
 st.title("EMA Lab")
 st.markdown(

@@ -26,6 +26,7 @@ from .queries import RunIds
 
 FORMATS = {"csv": ".csv", "latex": ".tex", "markdown": ".md"}
 MEAN_STD_DIGITS = 3
+MAX_NAME_BYTES = 200  # of one path component; file systems allow 255
 
 
 class ExportTable(NamedTuple):
@@ -137,8 +138,17 @@ def export_path(out: str | os.PathLike | None, fmt: str, default_stem: str, home
     if real == root_real or not real.is_relative_to(root_real):
         raise ValueError(f"out={os.fspath(out) if out is not None else default_stem!r} resolves to {real}, "
                          f"outside the export folder {root}; give a file name inside it")
+    # Refused here rather than failing half-way: a name the file system cannot hold (the atomic
+    # write's temporary file adds a few characters to it), or a file where a folder must go.
+    for part in real.relative_to(root_real).parts:
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            raise ValueError(f"out={os.fspath(out)!r}: a file or folder name is longer than {MAX_NAME_BYTES} bytes")
     if real.is_dir():
         raise ValueError(f"out={os.fspath(out)!r} is a folder; give a file name")
+    for parent in real.relative_to(root_real).parents[:-1]:  # the export folder itself: StorageError later
+        folder = root_real / parent
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"out={os.fspath(out)!r}: {folder.name} is a file, not a folder")
     return real
 
 

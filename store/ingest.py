@@ -9,12 +9,17 @@ with ``ON CONFLICT DO NOTHING``: reading an event twice never doubles it.
 
 The write lock is held for one batch of runs at a time (about ``max_hold_s``), so readers get in
 between batches when there are many runs.
+
+Every page load ingests, so a pass that finds nothing new must cost next to nothing however many
+finished runs the data folder holds: a run whose files and store rows are as a previous pass of this
+process left them is passed over on a few ``stat`` calls, without reading or parsing its files.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import numbers
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,18 +66,64 @@ def ingest(home: Path | None = None, run_ids: Iterable[str] | None = None, *,
     report["runs_seen"] = len(dirs)
     if not dirs:
         return report
+    settled_before = time.time_ns() - _SETTLE_NS
     i = 0
     while i < len(dirs):
         with open_store(readonly=False, home=home, timeout=timeout) as conn:
+            # Only touched inside a write session, which is exclusive within the process.
+            seen = _SEEN.setdefault(str(home.resolve()), {})
+            if run_ids is None and i == 0:
+                for gone in seen.keys() - {rd.run_id for rd in dirs}:
+                    del seen[gone]
             known = _known_state(conn, [rd.run_id for rd in dirs[i:]])
             held_since = time.monotonic()
             while i < len(dirs):
                 rd = dirs[i]
                 i += 1
-                _ingest_run(conn, rd, known.get(rd.run_id), report)
+                state = known.get(rd.run_id)
+                files = _files_identity(rd)
+                if state is not None and seen.get(rd.run_id) == (files, state):
+                    continue
+                errors = len(report["errors"])
+                seen.pop(rd.run_id, None)
+                nothing_new = _ingest_run(conn, rd, state, report)
+                # Remembered only when the files had stopped changing before this pass began: a
+                # file rewritten within the file system's timestamp granularity (and given the inode
+                # its predecessor just freed) could otherwise look unchanged.
+                if nothing_new and len(report["errors"]) == errors and _settled(files, settled_before):
+                    seen[rd.run_id] = (files, state)
                 if time.monotonic() - held_since > max_hold_s:
                     break  # let readers in before the next batch
     return report
+
+
+# Per data folder: run id -> (identity of its files, its store row and ingest state) as of a pass
+# that found nothing to ingest.  When both are still the same, ingesting the run again would find
+# nothing again, so it is skipped.  Process memory rather than a store column: it only saves reading
+# files, and the store's own state is compared every time, so another process's writes, or a store
+# replaced by a new file, are never missed.
+_SEEN: dict[str, dict[str, tuple]] = {}
+_SETTLE_NS = 2_000_000_000  # coarser than any file system's timestamps (FAT's are 2 s)
+
+
+_FILES = ("config.json", "status.json", "events.jsonl", "result.json")  # what _ingest_run reads
+
+
+def _files_identity(rd: RunDir) -> tuple:
+    out = []
+    folder = os.fspath(rd.path)
+    for name in _FILES:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+def _settled(files: tuple, before_ns: int) -> bool:
+    return all(f is None or max(f[2], f[3]) < before_ns for f in files)
 
 
 def _known_state(conn: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, tuple]:
@@ -88,9 +139,11 @@ def _known_state(conn: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[st
 
 # -- one run ------------------------------------------------------------------------------------------
 
-def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None, report: dict) -> None:
-    def fail(msg: str) -> None:
+def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None, report: dict) -> bool:
+    """Bring one run up to date; True when the store already held everything its folder has."""
+    def fail(msg: str) -> bool:
         report["errors"].append({"run_id": rd.run_id, "error": msg})
+        return False
 
     try:
         cfg = rd.read_config()
@@ -122,8 +175,12 @@ def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None
         size = 0
     if size < offset:
         offset = 0  # the events file was replaced: read it again (rows already in are not doubled)
-    events, new_offset, bad = rd.read_events(offset)
-    metrics, bad_events, skipped = _metric_frame(rd.run_id, events)
+    if size > offset:
+        events, new_offset, bad = rd.read_events(offset)
+    else:
+        events, new_offset, bad = [], offset, 0
+    # Building even an empty frame costs a millisecond or two: most runs have no new events.
+    metrics, bad_events, skipped = _metric_frame(rd.run_id, events) if events else (None, 0, 0)
     bad += bad_events
 
     tables: dict[str, pd.DataFrame] = {}
@@ -138,13 +195,13 @@ def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None
             fail(str(exc))
 
     if row == known_row and new_offset == offset and not ingest_result and known is not None:
-        return
+        return True
     try:
         conn.execute("BEGIN TRANSACTION")
         if row != known_row:
             _upsert_run(conn, rd.run_id, row)
         added = 0
-        if len(metrics):
+        if metrics is not None and len(metrics):
             conn.register("_new_metrics", metrics)
             try:
                 # DuckDB reads a pandas NaN as NULL; the flag keeps a diverged loss (NaN) apart from
@@ -176,6 +233,7 @@ def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None
     report["bad_lines"] += bad
     report["skipped_values"] += skipped
     report["results"] += int(ingest_result)
+    return False
 
 
 def _ts(value: Any) -> datetime | None:

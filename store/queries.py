@@ -235,7 +235,8 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     rows = _GROUP_SOURCES[table](run_ids, home=home)
     runs = _frame(
         f"SELECT run_id, kind, config FROM runs WHERE {_RUN_FILTER.format(col='run_id')}",
-        {"ids": sorted(set(rows["run_id"]))}, home,
+        # unique() first: iterating a hundred thousand Arrow-backed strings in Python takes a while.
+        {"ids": sorted(rows["run_id"].unique().tolist())}, home,
     )
     configs = {r.run_id: (r.kind, config_without_seed(json.loads(r.config) if r.config else None))
                for r in runs.itertuples()}
@@ -255,11 +256,18 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     if rows.empty:
         return pd.DataFrame(columns=out_cols)
     rows = rows.assign(config_id=rows["run_id"].map(group_of))
-    agg = rows.groupby(["config_id", *spec.keys], sort=True, dropna=False).agg(
+    by = ["config_id", *spec.keys]
+    agg = rows.groupby(by, sort=True, dropna=False).agg(
         n=("run_id", "nunique"),
-        seeds=("seed", lambda s: ",".join(str(int(x)) for x in sorted(s.dropna().unique()))),
         **{f"{v}_{stat}": (v, stat) for v in spec.values for stat in ("mean", "std")},
     ).reset_index()
+    # The seeds of each group as "0,1,2": concatenated by one grouped sum over text, since a Python
+    # function per group costs most of a second with a thousand runs (ten thousand groups).
+    seeds = rows.dropna(subset=["seed"]).drop_duplicates([*by, "seed"]).sort_values("seed", kind="stable")
+    seeds = (seeds.assign(seeds=seeds["seed"].astype("int64").astype(str) + ",")
+             .groupby(by, dropna=False)["seeds"].sum().str[:-1].reset_index())
+    agg = agg.merge(seeds, on=by, how="left")
+    agg["seeds"] = agg["seeds"].fillna("")
     agg.insert(1, "kind", agg["config_id"].map(lambda g: fields[g]["kind"]))
     for pos, (field, col) in enumerate(label.items()):
         values = agg["config_id"].map(lambda g, k=field: fields[g].get(k))

@@ -1,8 +1,19 @@
-"""The real app in headless Chromium: the dilution page renders and follows a slider moved by keyboard."""
+"""The real app in headless Chromium.
+
+The dilution page renders and follows a slider moved by keyboard; its downloads are generated on
+click; a job launched from the Jobs page is watched, killed (its worker gets SIGKILL), resumed and
+finished, and its table downloaded as LaTeX from the Export page; the Overview's quick reproduction
+starts a job that the Jobs page then lists; a deep link into a fresh server still gets the app's
+router and navigation.
+"""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +43,15 @@ DRAWN_CHARTS = f"{CHARTS} svg.marks, {CHARTS} canvas"
 FAST_HALF_LIFE = '.st-key-rate_fast [data-testid="stMetricValue"]'
 
 
+EXCEPTIONS = '[data-testid="stException"]'
+# One rate and small sizes, but enough steps that the job is still training when it is killed:
+# about 7 s of training on 2 idle cores, checkpointed every few hundred milliseconds.
+JOB_OVERRIDES = {
+    "alphas": "0.5", "vocab": "32", "dim": "32", "max_lag": "4", "n_train": "1024", "n_test": "256",
+    "steps": "12000", "batch": "256", "checkpoint_every": "500",
+}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,12 +66,44 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _status(home: Path, run_id: str) -> dict:
+    try:
+        return json.loads((home / "runs" / run_id / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _is_worker(pid: int | None, run_id: str) -> bool:
+    """Whether ``pid`` is a live worker of ``run_id`` (not a zombie, not a reused pid)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, TypeError):
+        return False
+    return b"jobs.worker" in argv and run_id.encode() in argv
+
+
+def _stop_workers(home: Path) -> None:
+    # Workers are detached from the app and outlive it: end any that this module's jobs left.
+    for run in sorted((home / "runs").glob("*/")):
+        pid = _status(home, run.name).get("pid")
+        if _is_worker(pid, run.name):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
+def emalab_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("emalab_home")
+    yield home
+    _stop_workers(home)
+
+
+@contextlib.contextmanager
+def _serve(home: Path, log: Path):
+    """``streamlit run app.py`` on a free loopback port with ``EMALAB_HOME=home``; yields its URL."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "EMALAB_HOME": str(tmp_path_factory.mktemp("emalab_home"))}
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = {**os.environ, "EMALAB_HOME": str(home)}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
@@ -60,6 +112,9 @@ def app_url(tmp_path_factory):
                 "--server.address", "127.0.0.1",
                 "--server.port", str(port),
                 "--browser.gatherUsageStats", "false",
+                # No reloading while the tests run: an edit anywhere in the checkout would make
+                # Streamlit re-import the project's modules under the cached job runner.
+                "--server.fileWatcherType", "none",
             ],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
@@ -77,6 +132,12 @@ def app_url(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory, emalab_home):
+    with _serve(emalab_home, tmp_path_factory.mktemp("streamlit") / "server.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -157,14 +218,161 @@ def test_downloads_are_generated_on_click(app_url, chromium_browser):
     try:
         page.goto(app_url + "/dilution")
         page.get_by_text("Measured in").wait_for(timeout=60_000)
-        buttons = page.locator('[data-testid="stDownloadButton"]')
-        expected = {"SVG": ("lag_weights.svg", b"<svg"), "LaTeX": ("identity_accuracy.tex", b"\\begin{table}")}
-        for label, (name, head) in expected.items():
+        # By their keys: the buttons arrive chart by chart, so "the first SVG button" may not yet
+        # be the first chart's.
+        expected = {"weights_svg": ("lag_weights.svg", b"<svg"),
+                    "identity_table_dl_tex": ("identity_accuracy.tex", b"\\begin{table}")}
+        for key, (name, head) in expected.items():
+            button = page.locator(f".st-key-{key}").get_by_role("button")
+            button.wait_for(timeout=60_000)
             with page.expect_download(timeout=60_000) as info:
-                buttons.filter(has_text=label).first.click()
+                button.click()
             download = info.value
             assert download.suggested_filename == name
             assert Path(download.path()).read_bytes().lstrip().startswith(head)
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
+
+
+def _no_exception(page) -> None:
+    assert page.locator(EXCEPTIONS).count() == 0, page.locator(EXCEPTIONS).first.inner_text()
+
+
+def _job_bar(page, run_id: str):
+    """The progress bar of one job on the Jobs page (its text: run id · state · eta · metrics)."""
+    return page.locator(f".st-key-job_{run_id}").get_by_test_id("stProgress")
+
+
+def _bar_value(bar) -> float:
+    return float(bar.get_by_role("progressbar").get_attribute("aria-valuenow") or 0)
+
+
+def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chromium_browser):
+    from playwright.sync_api import expect
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+    try:
+        page.goto(app_url + "/jobs")
+        page.get_by_role("heading", name="Jobs").wait_for(timeout=60_000)
+        page.locator(".st-key-launch_overrides textarea").fill(
+            "\n".join(f"{key}={value}" for key, value in JOB_OVERRIDES.items()))
+        page.get_by_role("button", name="Launch").click()
+        launched = page.get_by_text(re.compile(r"Launched dilution-\w+-s\d+"))
+        launched.wait_for(timeout=60_000)
+        run_id = re.search(r"dilution-\w+-s\d+", launched.inner_text()).group(0)
+
+        # Watch it: the job list refreshes every second; the bar moves while the worker trains.
+        bar = _job_bar(page, run_id)
+        expect(bar).to_contain_text(f"{run_id} · running", timeout=60_000)
+        expect(bar).to_contain_text("left", timeout=60_000)  # an ETA once training has begun
+        first = _bar_value(bar)
+        deadline = time.monotonic() + 60
+        while _bar_value(bar) <= first and time.monotonic() < deadline:
+            page.wait_for_timeout(200)
+        moved = _bar_value(bar)
+        assert moved > first, f"the progress bar stayed at {first}"
+        page.screenshot(path=str(SHOTS / "jobs_running.png"))
+        _no_exception(page)
+
+        # Kill its process, as a crash would: the page marks the job crashed and offers a resume.
+        status = _status(emalab_home, run_id)
+        assert status.get("state") == "running" and status.get("progress", 1.0) < 1.0, status
+        pid = status["pid"]
+        assert _is_worker(pid, run_id)
+        os.kill(pid, signal.SIGKILL)
+        expect(bar).to_contain_text(f"{run_id} · crashed", timeout=30_000)
+        box = page.locator(f".st-key-job_{run_id}")
+        expect(box).to_contain_text(f"worker process died (pid {pid})")
+        crashed_at = _bar_value(bar)
+        assert crashed_at >= moved  # the bar keeps the progress made before the kill
+        _no_exception(page)
+
+        box.get_by_role("button", name="Resume").click()
+        expect(bar).to_contain_text(f"{run_id} · done", timeout=120_000)
+        assert _bar_value(bar) == 100
+        status = _status(emalab_home, run_id)
+        assert status["state"] == "done" and status["attempts"] == 2, status
+        assert status["pid"] != pid
+        expect(box.get_by_role("button", name="Resume")).to_have_count(0)
+        page.wait_for_timeout(1500)  # one more refresh of the job list: nothing stale in the shot
+        page.screenshot(path=str(SHOTS / "jobs_resumed.png"))
+        _no_exception(page)
+
+        # Its table, from the store, as LaTeX.
+        page.goto(app_url + "/export")
+        page.get_by_role("heading", name="Export").wait_for(timeout=60_000)
+        page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
+        page.get_by_role("option", name=re.compile(r"^dilution_accuracy")).click()
+        # The figure of a run's accuracy by lag is drawn for this table only: the rerun is through.
+        page.get_by_role("heading", name="Figure").wait_for(timeout=60_000)
+        _wait_for_charts(page, 1)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        rows = page.get_by_text(re.compile(r"^\d+ rows$"))
+        assert int(rows.inner_text().split()[0]) >= int(JOB_OVERRIDES["max_lag"]) + 1  # a row per lag
+        with page.expect_download(timeout=60_000) as info:
+            page.locator(".st-key-export_latex").get_by_role("button").click()
+        download = info.value
+        assert download.suggested_filename == "dilution_accuracy.tex"
+        tex = Path(download.path()).read_text()
+        assert "\\toprule" in tex and "\\bottomrule" in tex
+        assert run_id in tex
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "export.png"))
+        _no_exception(page)
+    finally:
+        page.close()
+
+
+def test_overview_links_and_quick_reproduction(app_url, chromium_browser):
+    from playwright.sync_api import expect
+
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 1400})
+    try:
+        page.goto(app_url + "/")
+        page.get_by_role("heading", name="EMA Lab").wait_for(timeout=60_000)
+        page.get_by_text("The paper's claims, and where they are tested").wait_for(timeout=60_000)
+        expect(page.get_by_text("Fixed-decay traces dilute token identity")).to_be_visible()
+        expect(page.get_by_text("Traces keep structure")).to_be_visible()
+        expect(page.get_by_text("Traces lose content")).to_be_visible()
+        tested = page.get_by_role("link", name="Tested on: Trace dilution")
+        assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "dilution"
+        _no_exception(page)
+
+        page.get_by_role("button", name="Run the quick reproduction").click()
+        started = page.get_by_text(re.compile(r"Started: dilution-\w+-s\d+"))
+        started.wait_for(timeout=60_000)
+        run_id = re.search(r"dilution-\w+-s\d+", started.inner_text()).group(0)
+        _no_exception(page)
+
+        page.get_by_role("link", name="Follow them on the Jobs page").click()
+        page.get_by_role("heading", name="Jobs").wait_for(timeout=60_000)
+        assert page.url.rstrip("/").endswith("/jobs")
+        bar = _job_bar(page, run_id)
+        expect(bar).to_contain_text(re.compile(rf"{run_id} · (queued|running|done)"), timeout=30_000)
+        expect(bar).to_contain_text(f"{run_id} · done", timeout=120_000)
+        _no_exception(page)
+    finally:
+        page.close()
+
+
+def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chromium_browser):
+    # A first visitor landing on /jobs of a fresh server must still get app.py's router and
+    # navigation (Streamlit would otherwise treat pages/ as a folder app: see pages/_router.py).
+    with _serve(tmp_path / "home", tmp_path / "server.log") as url:
+        page = chromium_browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(url + "/jobs")
+            page.get_by_role("heading", name="Jobs").wait_for(timeout=60_000)
+            nav = page.get_by_test_id("stSidebarNav")
+            nav.wait_for(timeout=60_000)
+            links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
+            titles = [text.strip().split("\n")[-1] for text in links]
+            assert titles == ["Overview", "Trace dilution", "Jobs", "Export"], links
+            # app.py's own sidebar text: the router ran.
+            assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
+            _no_exception(page)
+        finally:
+            page.close()

@@ -52,8 +52,13 @@ def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any]
         values.update(exp.presets[preset])
     for key, raw in (overrides or {}).items():
         if key not in fields:
-            raise ValueError(f"{key}: not a setting of {kind}; settings: {', '.join(fields)}")
-        values[key] = _parse_value(fields[key].annotation, raw)
+            shown = key if isinstance(key, str) and key.isidentifier() else repr(key)  # one line, visible
+            raise ValueError(f"{shown}: not a setting of {kind}; settings: {', '.join(fields)}")
+        value = _parse_value(fields[key].annotation, raw)
+        # Pydantic's lax mode reads True as 1: "--set steps=true" would quietly run one step.
+        if fields[key].annotation is not bool and _holds_bool(value):
+            raise ValueError(f"{key}: expects {_type_name(fields[key].annotation)}, not a boolean (got {raw!r})")
+        values[key] = value
     if seed is not None:
         values["seed"] = seed
     try:
@@ -106,3 +111,15 @@ def _scalar(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text.strip()
+
+
+def _holds_bool(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(v, bool) for v in value)
+    return isinstance(value, bool)
+
+
+def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) is tuple:
+        return "a list of numbers"
+    return {int: "an integer", float: "a number", str: "text"}.get(annotation, str(annotation))

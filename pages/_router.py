@@ -1,0 +1,30 @@
+"""Make sure a page runs under app.py's router, even on a deep link into a fresh server.
+
+Streamlit (1.67) decides once per server whether an app is a "pages folder" app: it is while a
+`pages/` folder sits beside the main script and `st.navigation` has not run yet.  A first visitor
+who lands on a deep link (`/jobs`) of a fresh server would therefore run `pages/jobs.py` alone,
+and every session after would get the folder's navigation (helper modules included) until
+someone opened `/`.  The project keeps its pages in `pages/`, so every page calls
+:func:`ensure_router` first: while app.py's router has never run in this process it switches
+Streamlit to st.navigation mode and reruns, and the rerun goes through app.py with the page the
+visitor asked for.  Once the router has run (:func:`mark_routed`), nothing happens — which also
+leaves Streamlit's test harness (it resets the folder flag before every run) alone.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+_routed = False
+
+
+def mark_routed() -> None:
+    global _routed
+    _routed = True
+
+
+def ensure_router() -> None:
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if not _routed and PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False  # what st.navigation itself sets on its first run
+        st.rerun()

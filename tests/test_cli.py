@@ -1,0 +1,276 @@
+"""The `emalab` command line end to end: real job processes, a kill -9, a resume and a LaTeX export.
+
+Commands run as subprocesses (``python -m jobs.cli``, what the console script calls) where the
+user story needs a separate process, and in-process through ``jobs.cli.main`` where only the
+answer matters (polling a job is then fast enough to catch it half-way).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+# Tiny, but with enough steps that a poll every few milliseconds catches the job half-way.
+TINY = {"vocab": 8, "dim": 8, "max_lag": 2, "n_train": 256, "n_test": 128, "steps": 6000, "batch": 64,
+        "checkpoint_every": 20, "alphas": 0.5}
+STABLE_RUN_KEYS = {"run_id", "kind", "state", "seed", "preset", "config", "progress", "message", "background",
+                   "summary", "path"}
+
+
+def _sets(**changes) -> list[str]:
+    out = []
+    for key, value in {**TINY, **changes}.items():
+        out += ["--set", f"{key}={value}"]
+    return out
+
+
+def emalab(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "EMALAB_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def one_object(stdout: str) -> dict:
+    """stdout holds exactly one JSON object on one line, and nothing else."""
+    assert stdout.endswith("\n") and stdout.count("\n") == 1, stdout
+    obj = json.loads(stdout)  # json.loads refuses anything after the object
+    assert isinstance(obj, dict)
+    return obj
+
+
+def run_main(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(list(args))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def show(run_id: str) -> dict:
+    rc, out, err = run_main("jobs", "show", run_id, "--json")
+    assert rc == 0, err
+    return one_object(out)
+
+
+def tree(home: Path) -> set[str]:
+    return {str(p.relative_to(home)) for p in home.rglob("*")} if home.exists() else set()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(h))
+    return h
+
+
+def test_user_story_background_kill_resume_export(home):
+    # Launch in the background: the command returns at once with the run id.
+    p = emalab(home, "run", "dilution", *_sets(), "--background", "--json")
+    assert p.returncode == 0, p.stderr
+    launched = one_object(p.stdout)
+    assert STABLE_RUN_KEYS <= set(launched)
+    assert launched["background"] is True and launched["state"] in ("queued", "running")
+    assert launched["config"]["steps"] == TINY["steps"] and launched["kind"] == "dilution"
+    run_id = launched["run_id"]
+
+    # Watch its progress rise, then kill its worker the hard way.
+    seen, deadline = [], time.monotonic() + 60
+    while len({p for p in seen if 0 < p < 1}) < 2:
+        info = show(run_id)
+        assert info["state"] in ("queued", "running"), info
+        seen.append(info["progress"])
+        assert time.monotonic() < deadline, f"no progress: {seen[-5:]}"
+        time.sleep(0.02)
+    rising = [p for p in seen if p > 0]
+    assert rising == sorted(rising) and rising[-1] > rising[0]
+    pid = json.loads((home / "runs" / run_id / "status.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    killed_at = rising[-1]
+
+    deadline = time.monotonic() + 20
+    while True:
+        p = emalab(home, "jobs", "list", "--json")
+        assert p.returncode == 0, p.stderr
+        rows = {r["run_id"]: r for r in one_object(p.stdout)["jobs"]}
+        if rows[run_id]["state"] == "crashed":
+            break
+        assert rows[run_id]["state"] == "running" and time.monotonic() < deadline, rows[run_id]
+        time.sleep(0.2)
+    assert rows[run_id]["progress"] < 1
+
+    # Nothing was ingested yet (background runs are not): a bad --out must not create the store.
+    p = emalab(home, "export", "--table", "dilution_accuracy", "--format", "latex", "--out", "../../x.tex")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("emalab: error: --out") and p.stderr.count("\n") == 1, p.stderr
+    assert not (home / "emalab.duckdb").exists() and not (home / "exports").exists()
+    assert not (home.parent / "x.tex").exists()
+
+    p = emalab(home, "jobs", "resume", run_id, "--json")
+    assert p.returncode == 0, p.stderr
+    resumed = one_object(p.stdout)
+    assert resumed["run_id"] == run_id and resumed["state"] in ("queued", "running")
+    after, deadline = [], time.monotonic() + 60
+    while (info := show(run_id))["state"] in ("queued", "running"):
+        after.append(info["progress"])
+        assert time.monotonic() < deadline, info
+        time.sleep(0.05)
+    assert info["state"] == "done", info["message"]
+    assert info["attempts"] == 2 and info["progress"] == 1.0
+    assert info["summary"]["acc_lag0/α=0.5"] > 0.5  # it decodes the current token
+    # It went on from its newest checkpoint (at most checkpoint_every steps back), not from zero.
+    assert min(after, default=1.0) >= killed_at - 2 * TINY["checkpoint_every"] / TINY["steps"]
+    assert set(info["config"]) >= set(TINY)
+
+    # The log tells both attempts apart.
+    p = emalab(home, "jobs", "logs", run_id)
+    assert p.returncode == 0 and "attempt 1" in p.stdout and "attempt 2" in p.stdout, p.stdout
+
+    # Download its table as LaTeX.
+    p = emalab(home, "export", "--table", "dilution_accuracy", "--format", "latex", "--json")
+    assert p.returncode == 0, p.stderr
+    exported = one_object(p.stdout)
+    path = Path(exported["path"])
+    assert path.parent == home / "exports" and path.name == "dilution_accuracy.tex"
+    assert exported["table"] == "dilution_accuracy" and exported["format"] == "latex"
+    tex = path.read_text(encoding="utf-8")
+    assert "\\toprule" in tex and "\\bottomrule" in tex
+    assert sum(run_id in line for line in tex.splitlines()) == TINY["max_lag"] + 1  # one row per lag
+
+    p = emalab(home, "store", "check", "--json")
+    assert p.returncode == 0, p.stderr
+    report = one_object(p.stdout)
+    assert report["ok"] is True and report["problems"] == [] and report["tables"]["runs"] == 1
+
+    # Text mode answers in words, still without a traceback.
+    p = emalab(home, "jobs", "list")
+    assert p.returncode == 0 and run_id in p.stdout and "done" in p.stdout
+
+
+def test_foreground_run_prints_one_object_and_a_progress_bar(home):
+    args = ["run", "dilution", *_sets(steps=40, seed=3)]
+    p = emalab(home, *args, "--json")
+    assert p.returncode == 0, p.stderr
+    out = one_object(p.stdout)
+    assert STABLE_RUN_KEYS | {"ingested"} <= set(out)
+    assert out["state"] == "done" and out["seed"] == 3 and out["config"]["seed"] == 3
+    assert out["background"] is False and out["ingested"] is True and out["preset"] is None
+    assert out["summary"] and all(out[k] == v for k, v in out["summary"].items())  # summary keys on top too
+    assert "%|" not in p.stderr  # no progress bar in --json mode
+
+    # The same job again is the same run, found done: in the background too, and with a bar in text mode.
+    p = emalab(home, *args, "--background", "--json")
+    assert p.returncode == 0, p.stderr
+    again = one_object(p.stdout)
+    assert STABLE_RUN_KEYS <= set(again)
+    assert again["run_id"] == out["run_id"] and again["state"] == "done" and again["background"] is True
+    rc, text, err = run_main(*args)
+    assert rc == 0 and text.startswith(f"{out['run_id']}: done") and "%|" in err
+
+    # Its rows are in the store: run ids select them, grouped exports fold the seeds.
+    rc, text, err = run_main("export", "--table", "dilution_accuracy", "--format", "markdown", "--runs",
+                             out["run_id"], "--grouped", "--out", "sub/table", "--json")
+    assert rc == 0, err
+    exported = one_object(text)
+    assert Path(exported["path"]) == home / "exports" / "sub" / "table.md" and exported["grouped"] is True
+    assert "| accuracy |" in Path(exported["path"]).read_text(encoding="utf-8")
+
+
+def test_ctrl_c_cancels_a_foreground_run(home):
+    env = {**os.environ, "EMALAB_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", "dilution", *_sets(steps=200_000), "--json"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            status = [json.loads(p.read_text()) for p in home.glob("runs/*/status.json")]
+            if status and status[0].get("progress", 0) > 0:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    result = one_object(out)
+    assert result["state"] == "cancelled" and "Traceback" not in err
+    assert result["summary"] == {}
+
+
+def test_usage_errors_are_one_line_exit_2_and_write_nothing(home):
+    for args, names in [
+        (["run", "dilution", "--set", "vocab=1"], "vocab"),
+        (["run", "dilution", "--set", "steps=true"], "steps"),
+        (["run", "dilution", "--set", "alphas=0.5,2"], "alphas"),
+        (["run", "dilution", "--set", "bogus=1"], "bogus"),
+        (["run", "dilution", "--set", "novalue"], "--set"),
+        (["run", "dilution", "--preset", "huge"], "preset"),
+        (["run", "dilution", "--seed", "x"], "--seed"),
+        (["run", "dilution", "--seed", "-1"], "seed"),
+        (["run", "nope"], "kind"),
+        (["run", "dilution", "--slots", "0"], "--slots"),
+        (["jobs", "show", "dilution-000000000000-s0", "--json"], "no run"),
+        (["jobs", "show", "../etc", "--json"], "run id"),
+        (["jobs", "show"], "run id"),
+        (["jobs", "list", "extra"], "run id"),
+        (["jobs", "logs", "x", "--tail", "-1"], "--tail"),
+        (["export", "--table", "nope", "--format", "csv"], "--table"),
+        (["export", "--table", "runs", "--format", "pdf"], "--format"),
+        (["export", "--table", "runs", "--format", "csv", "--grouped"], "--grouped"),
+        (["export", "--table", "runs", "--format", "csv", "--runs", "nope"], "no run"),
+        (["export", "--table", "runs", "--format", "csv", "--out", "/etc/x.csv"], "--out"),
+        (["store", "vacuum"], "action"),
+        (["bench", "dilution-page", "--quick"], "--quick"),
+        (["frobnicate"], "COMMAND"),
+    ]:
+        rc, out, err = run_main(*args)
+        assert rc == 2 and out == "", (args, rc, out, err)
+        assert err.startswith("emalab: error: ") and err.count("\n") == 1 and names in err, (args, err)
+    assert tree(home) == set()  # no runs folder, no store, no exports, not even the data folder
+
+    p = emalab(home, "run", "dilution", "--set", "vocab=1", "--json")  # the real entry point agrees
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.strip().startswith("emalab: error: vocab:")
+    assert tree(home) == set()
+
+
+def test_store_problems_are_one_line_exit_1(home):
+    home.mkdir()
+    (home / "emalab.duckdb").write_bytes(b"this is not a database\n" * 100)
+    before = (home / "emalab.duckdb").read_bytes()
+    rc, out, err = run_main("store", "migrate", "--json")
+    assert rc == 1 and out == "" and err.startswith("emalab: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and "not a DuckDB database" in err
+    rc, out, err = run_main("store", "check", "--json")
+    assert rc == 1 and one_object(out)["ok"] is False
+    rc, out, err = run_main("export", "--table", "runs", "--format", "csv")
+    assert rc == 1 and out == "" and err.count("\n") == 1, err  # the store cannot be read: said in one line
+    assert (home / "emalab.duckdb").read_bytes() == before  # left untouched
+
+
+def test_store_migrate_and_check_on_a_fresh_folder(home):
+    rc, out, err = run_main("store", "check", "--json")
+    assert rc == 0 and one_object(out)["exists"] is False
+    assert not (home / "emalab.duckdb").exists()  # checking creates nothing
+    rc, out, err = run_main("store", "migrate", "--json")
+    report = one_object(out)
+    assert rc == 0 and report["ok"] and report["applied"] and report["schema_version"] >= 1
+    rc, out, err = run_main("store", "migrate", "--json")
+    assert rc == 0 and one_object(out)["applied"] == []
+    rc, out, err = run_main("store", "check")
+    assert rc == 0 and out.rstrip().endswith("ok")
+
+
+def test_help_returns_instead_of_exiting():
+    rc, out, err = run_main("--help")
+    assert rc == 0 and "run" in out and "export" in out
