@@ -27,7 +27,14 @@ class DilutionConfig(BaseModel):
     @field_validator("alphas")
     @classmethod
     def _rates(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        bad = [a for a in v if not (0.0 < a <= 1.0)]
-        if bad:
-            raise ValueError(f"every rate must lie in (0, 1], got {bad}")
-        return tuple(float(a) for a in v)
+        return check_rates(v)
+
+
+def check_rates(v: tuple[float, ...], distinct: bool = False) -> tuple[float, ...]:
+    """The rule every config's ``alphas`` follows: each in (0, 1]; ``distinct`` when each names a feature set."""
+    bad = [a for a in v if not (0.0 < a <= 1.0)]
+    if bad:
+        raise ValueError(f"every rate must lie in (0, 1], got {bad}")
+    if distinct and len(set(v)) != len(v):
+        raise ValueError(f"rates must be distinct (each names a feature set), got {list(v)}")
+    return tuple(float(a) for a in v)

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ema_core.config import PAPER_ALPHAS, DilutionConfig
+from ema_core.config import PAPER_ALPHAS, DilutionConfig, check_rates
 from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
 
 KIND = "dilution"
@@ -62,12 +62,7 @@ class DilutionSweepConfig(BaseModel):
     @field_validator("alphas")
     @classmethod
     def _rates(cls, v: tuple[float, ...]) -> tuple[float, ...]:
-        bad = [a for a in v if not (0.0 < a <= 1.0)]
-        if bad:
-            raise ValueError(f"every rate must lie in (0, 1], got {bad}")
-        if len(set(v)) != len(v):
-            raise ValueError(f"rates must be distinct (each names a feature set), got {list(v)}")
-        return tuple(float(a) for a in v)
+        return check_rates(v, distinct=True)
 
 
 PRESETS: dict[str, dict] = {
