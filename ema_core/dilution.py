@@ -108,6 +108,21 @@ def _burn_in(alphas: np.ndarray) -> int:
     return 0 if slow >= 1.0 else min(int(math.ceil(math.log(1e-3) / math.log1p(-slow))), 20_000)
 
 
+def random_stream(cfg, backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
+    """The measurement's data, a pure function of ``cfg`` (any config with alphas, vocab, dim,
+    max_lag, window, n_train, n_test and seed): tokens (T,), traces (T, K, D) float32, and the
+    first step whose lags and window all lie inside the stream."""
+    a = validate_alphas(cfg.alphas)
+    rng = np.random.default_rng(cfg.seed)
+    first = _burn_in(a) + cfg.max_lag + cfg.window - 1
+    T = first + cfg.n_train + cfg.n_test
+    tokens = rng.integers(0, cfg.vocab, size=T)
+    emb = (rng.standard_normal((cfg.vocab, cfg.dim)) / math.sqrt(cfg.dim)).astype(np.float32)  # unit energy per token
+    traces, _ = ema_scan(emb[tokens][None], a, backend=backend)  # (1, T, K, D)
+    traces = traces[0]
+    return tokens, (traces.numpy() if hasattr(traces, "numpy") else traces), first
+
+
 def _features(traces: np.ndarray, starts: np.ndarray, window: int, K: int, D: int) -> np.ndarray:
     """Rows t of the decoder's input: the trace states at t, t−1, …, t−window+1: (n, window·K·D).
 
@@ -173,14 +188,8 @@ _BLAS = None
 def _measure(cfg: DilutionConfig) -> pd.DataFrame:
     a = np.asarray(cfg.alphas, dtype=np.float64)
     K, V, D, L, Wn = a.size, cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
-    rng = np.random.default_rng(cfg.seed)
-
-    first = _burn_in(a) + L + Wn - 1  # earliest step whose lags and window are all in the stream
-    T = first + cfg.n_train + cfg.n_test
-    tokens = rng.integers(0, V, size=T)
-    emb = (rng.standard_normal((V, D)) / math.sqrt(D)).astype(np.float32)  # unit energy per token
-    traces, _ = ema_scan(emb[tokens][None], a)  # (1, T, K, D)
-    traces = traces[0]
+    tokens, traces, first = random_stream(cfg)
+    T = len(tokens)
 
     steps = np.arange(first, T)
     train, test = steps[: cfg.n_train], steps[cfg.n_train :]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 
 import numpy as np
@@ -105,24 +104,13 @@ def _deterministic_torch():
 
 def _stream(cfg: DilutionSweepConfig):
     """Tokens, traces (T, K, D) and the first decodable step: the stream of ``dilution._measure``."""
-    import torch
+    from ema_core.dilution import random_stream
 
-    from ema_core.dilution import _burn_in
-    from ema_core.scan import ema_scan, validate_alphas
-
-    a = validate_alphas(cfg.alphas)
-    V, D, L, Wn = cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
-    rng = np.random.default_rng(cfg.seed)
-    first = _burn_in(a) + L + Wn - 1  # earliest step whose lags and window are all in the stream
-    T = first + cfg.n_train + cfg.n_test
-    tokens = rng.integers(0, V, size=T)
-    emb = (rng.standard_normal((V, D)) / math.sqrt(D)).astype(np.float32)  # unit energy per token
     # The torch path, on the one thread this run holds: the numba path splits a long stream by its
     # thread count (which changes the traces' last bits, and a resumed run must see the very same
     # features), and its OpenMP pool spin-waits on cores that other workers need (measured: two
     # concurrent workers took 10x longer than one).
-    traces, _ = ema_scan(torch.from_numpy(emb[tokens][None]), a)  # (1, T, K, D)
-    return tokens, traces[0].numpy(), first
+    return random_stream(cfg, backend="torch")
 
 
 def _feature_sets(cfg: DilutionSweepConfig) -> list[tuple[str, np.ndarray]]:
