@@ -127,7 +127,7 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
             ],
         )
     )
-    label = f"chance 1/V = {chance:.3g}"
+    label = f"chance 1/V = {chance:.4g}"
     # The rule is labelled through a legend of its own: the curves settle onto chance, so a text
     # label on the plot would sit under them.
     rule = (

@@ -182,5 +182,5 @@ with table_col:
     )
 st.caption(
     f"Measured in {result.seconds:.2f} s{' (cached)' if cached else ''}: "
-    f"{cfg.n_train} training and {cfg.n_test} held-out steps, {window_text}, chance 1/V = {result.chance:.3g}."
+    f"{cfg.n_train} training and {cfg.n_test} held-out steps, {window_text}, chance 1/V = {result.chance:.4g}."
 )
