@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
-from jobs.rundir import FINAL_STATES, RunDir, now_iso
+from jobs.rundir import RunDir, now_iso
 from jobs.runner import ROOT, Runner
 from jobs.worker import run_job
 
@@ -93,37 +92,17 @@ class RayRunner(Runner):
                 self._refresh(self._rd(run_id))
         return []
 
-    def cancel(self, run_id: str, wait: bool = True) -> str:
-        ray = _ray()
-        rd = self._existing(run_id)
-        with self._lock:
-            st = self._refresh(rd)
-            state = st.get("state")
-            if state in FINAL_STATES:
-                return state
-            rd.request_cancel()
-            ref, _ = self._refs.get(run_id, (None, None))
-            if state == "queued":
-                if ref is not None:
-                    ray.cancel(ref)  # still in Ray's queue: drop it (a task already starting sees the flag)
-                    self._refs.pop(run_id, None)
-                rd.write_status(state="cancelled", ended=now_iso(), message="cancelled before it started")
-                return "cancelled"
-        if not wait:
-            return state
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline:
-            state = self._refresh(rd).get("state")
-            if state in FINAL_STATES:
-                return state
-            time.sleep(0.05)
+    # -- cancel (the protocol is Runner.cancel) -------------------------------------------------
+    def _drop_queued(self, run_id: str) -> bool:
         ref, _ = self._refs.pop(run_id, (None, None))
         if ref is not None:
-            ray.cancel(ref, force=True)  # kills the worker process; it resumes from its newest checkpoint
-        if rd.read_status().get("state") in ("running", "queued"):
-            rd.write_status(state="cancelled", ended=now_iso(), eta_s=None,
-                            message="stopped by the runner: the worker ignored the cancel request")
-        return rd.read_status().get("state")
+            _ray().cancel(ref)  # still in Ray's queue: drop it (a task already starting sees the flag)
+        return True
+
+    def _force_stop(self, rd: RunDir) -> None:
+        ref, _ = self._refs.pop(rd.run_id, (None, None))
+        if ref is not None:
+            _ray().cancel(ref, force=True)  # kills the worker process; it resumes from its newest checkpoint
 
     def close(self) -> None:
         """Disconnect from the cluster; tasks already running go on there."""

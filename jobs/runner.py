@@ -110,7 +110,12 @@ class Runner:
     def tick(self) -> list[str]:
         return []
 
-    def cancel(self, run_id: str, wait: bool = True) -> str:
+    def _drop_queued(self, run_id: str) -> bool:
+        """Withdraw a queued run that nothing has started yet; False if a worker may be starting it."""
+        raise NotImplementedError
+
+    def _force_stop(self, rd: RunDir) -> None:
+        """Stop a worker that ignored the cancel flag for ``grace_s``."""
         raise NotImplementedError
 
     def _refresh(self, rd: RunDir) -> dict:
@@ -120,6 +125,40 @@ class Runner:
         pass
 
     # -- shared ------------------------------------------------------------------------------------
+    def cancel(self, run_id: str, wait: bool = True) -> str:
+        """Ask the run to stop at its next step (it checkpoints first); returns its state.
+
+        A queued run nobody started is cancelled at once.  With ``wait``, a worker that has not
+        stopped within ``grace_s`` is stopped by force (it resumes from its newest periodic
+        checkpoint); without, the backend's :meth:`tick` escalates later where it can.
+        """
+        rd = self._existing(run_id)
+        with self._lock:
+            state = self._refresh(rd).get("state")
+            if state in FINAL_STATES:
+                return state
+            rd.request_cancel()
+            if state == "queued" and self._drop_queued(run_id):
+                rd.write_status(state="cancelled", ended=now_iso(), message="cancelled before it started")
+                return "cancelled"
+        if not wait:
+            return state
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline:
+            self.tick_quietly()
+            state = self._refresh(rd).get("state")
+            if state in FINAL_STATES:
+                return state
+            time.sleep(0.05)
+        self._force_stop(rd)
+        if rd.read_status().get("state") in ("running", "queued"):
+            rd.write_status(state="cancelled", ended=now_iso(), eta_s=None,
+                            message="stopped by the runner: the worker ignored the cancel request")
+        return self._refresh(rd).get("state")
+
+    def tick_quietly(self) -> None:
+        """Housekeeping while waiting (reaping exited workers); nothing by default."""
+
     def submit(self, kind: str, config: BaseModel | dict | None = None, seed: int | None = None,
                preset: str | None = None) -> str:
         """Validate, create the run folder and start it (or queue it); returns the run id.
@@ -309,35 +348,15 @@ class LocalRunner(Runner):
         if self._scheduler is not None:
             self._scheduler.join(timeout=5)
 
-    # -- cancel ----------------------------------------------------------------------------------
-    def cancel(self, run_id: str, wait: bool = True) -> str:
-        """Ask the run to stop at its next step (it checkpoints first); returns its state.
+    # -- cancel (the protocol is Runner.cancel) -------------------------------------------------
+    def _drop_queued(self, run_id: str) -> bool:
+        return not self._proc_alive(run_id)
 
-        A queued run is cancelled at once.  With ``wait``, a worker that has not stopped within
-        ``grace_s`` gets SIGTERM, then SIGKILL (it resumes from its newest periodic checkpoint);
-        without, :meth:`tick` escalates later.
-        """
-        rd = self._existing(run_id)
-        with self._lock:
-            st = self._refresh(rd)
-            state = st.get("state")
-            if state in FINAL_STATES:
-                return state
-            rd.request_cancel()
-            if state == "queued" and not self._proc_alive(run_id):
-                rd.write_status(state="cancelled", ended=now_iso(), message="cancelled before it started")
-                return "cancelled"
-        if not wait:
-            return state
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline:
-            self._reap()
-            state = self._refresh(rd).get("state")
-            if state in FINAL_STATES:
-                return state
-            time.sleep(0.05)
+    def tick_quietly(self) -> None:
+        self._reap()
+
+    def _force_stop(self, rd: RunDir) -> None:
         self._kill(rd, rd.read_status())
-        return self._refresh(rd).get("state")
 
     def _escalate_cancel(self, rd: RunDir, st: dict) -> None:
         try:
