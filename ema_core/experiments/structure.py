@@ -1,0 +1,333 @@
+"""Structure: grammar → SPCN (no labels) → linear probes → BiGRU (supervised) → transfer and depth tests.
+
+One run is one seed.  Phases, each resumable from its start (checkpoints after every SPCN pass and
+after each phase; every phase is a pure function of the config and seed, so a resumed run equals
+an uninterrupted one):
+
+1. sentences: train (the last ``dev_fraction`` of it is the dev split that chooses the probes'
+   and the BiGRU's regularisation/stopping), test (within grammar, held-out sentences), novel
+   (new open-class words) and deep (nested clauses) — :mod:`ema_core.grammar`;
+2. SPCN: Hebbian passes over the train stream (token ids and sentence starts only);
+3. probes on SPCN's features (instantaneous, traces, both) of the trained and of an untrained
+   SPCN, and the control task; scored per role on test, novel and deep;
+4. the BiGRU, trained on the same train/dev sentences, scored the same way.
+
+Results: ``probe_accuracy`` rows (role | "overall", feature_set, split, accuracy) and a summary
+whose keys the CLI prints with ``--json`` (see ``summarise``).
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ema_core.bigru import BiGRUConfig
+from ema_core.experiments.dilution_sweep import _deterministic_torch
+from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
+from ema_core.grammar import N_WORDS, ROLES, STRUCTURES, GrammarConfig, Sentence, vocabulary
+from ema_core.probes import PROBE_KINDS
+from ema_core.spcn import FEATURE_SETS, SPCNConfig
+
+KIND = "structure"
+CHECKPOINT_FORMAT = 1
+SPLITS_SCORED = ("test", "novel", "deep")
+ROLE_NAMES = [r.name for r in ROLES]
+# The SPCN feature set that stands for "SPCN" where the paper compares one number with the BiGRU:
+# the traces, the paper's headline representation (0.960 within the grammar).
+SPCN_HEADLINE = "traces"
+
+
+def _like(model: type[BaseModel], name: str, default=None, description: str | None = None):
+    # One definition of each knob's bounds: the experiment's flat settings borrow them from the
+    # component configs (``--set units=128`` on the command line needs flat names).
+    info = copy.deepcopy(model.model_fields[name])
+    if default is not None:
+        info.default = default
+    if description is not None:
+        info.description = description
+    return info
+
+
+class StructureConfig(BaseModel):
+    """Grammatical roles from SPCN traces (zero labels) against a supervised BiGRU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # grammar
+    n_train: int = Field(1500, ge=20, le=200_000, description="training sentences (the dev split is cut from them)")
+    n_eval: int = Field(500, ge=10, le=100_000, description="sentences in each of the test, novel and deep splits")
+    dev_fraction: float = Field(0.2, ge=0.05, le=0.5, description="share of the training sentences kept for dev")
+    deep_depth: int = _like(GrammarConfig, "deep_depth")
+    held_out_fraction: float = _like(GrammarConfig, "held_out_fraction")
+    # SPCN
+    code_dim: int = _like(SPCNConfig, "code_dim")
+    units: int = _like(SPCNConfig, "units")
+    k: int = _like(SPCNConfig, "k")
+    rates: tuple[float, ...] = _like(SPCNConfig, "rates")
+    reset_at_sentence: bool = _like(SPCNConfig, "reset_at_sentence")
+    context_gain: float = _like(SPCNConfig, "context_gain")
+    hebbian_lr: float = _like(SPCNConfig, "lr", description="η of SPCN's Hebbian update")
+    hebbian_batch: int = _like(SPCNConfig, "batch", description="tokens per Hebbian update")
+    passes: int = _like(SPCNConfig, "passes")
+    precision_rate: float = _like(SPCNConfig, "precision_rate")
+    precision_clip: float = _like(SPCNConfig, "precision_clip")
+    # probes
+    probe: str = Field("ridge", description=f"linear probe: one of {', '.join(PROBE_KINDS)}")
+    # BiGRU
+    bigru_embed: int = _like(BiGRUConfig, "embed")
+    bigru_hidden: int = _like(BiGRUConfig, "hidden")
+    bigru_max_epochs: int = _like(BiGRUConfig, "max_epochs")
+    bigru_patience: int = _like(BiGRUConfig, "patience")
+    bigru_unk_dropout: float = _like(BiGRUConfig, "unk_dropout")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the sentences, SPCN's random parts, probes and BiGRU")
+
+    def model_post_init(self, _context) -> None:
+        if self.probe not in PROBE_KINDS:
+            raise ValueError(f"probe must be one of {', '.join(PROBE_KINDS)}, got {self.probe!r}")
+        self.spcn()  # SPCN's own cross-field checks (k < units) at config time, not mid-run
+        if int(self.n_train * self.dev_fraction) < 1 or int(self.n_train * (1 - self.dev_fraction)) < 1:
+            raise ValueError(f"n_train={self.n_train} leaves no dev or no train sentences at dev_fraction={self.dev_fraction}")
+
+    def grammar(self, n: int) -> GrammarConfig:
+        return GrammarConfig(n_sentences=n, deep_depth=self.deep_depth, held_out_fraction=self.held_out_fraction)
+
+    def spcn(self) -> SPCNConfig:
+        return SPCNConfig(code_dim=self.code_dim, units=self.units, k=self.k, rates=self.rates,
+                          reset_at_sentence=self.reset_at_sentence, context_gain=self.context_gain,
+                          lr=self.hebbian_lr, batch=self.hebbian_batch, passes=self.passes,
+                          precision_rate=self.precision_rate, precision_clip=self.precision_clip)
+
+    def bigru(self) -> BiGRUConfig:
+        return BiGRUConfig(embed=self.bigru_embed, hidden=self.bigru_hidden, max_epochs=self.bigru_max_epochs,
+                           patience=self.bigru_patience, unk_dropout=self.bigru_unk_dropout)
+
+
+PRESETS: dict[str, dict] = {
+    # One seed in well under a minute on 2 cores, BiGRU included; the same comparisons, smaller.
+    "quick": dict(n_train=1000, n_eval=300, units=192, k=12, passes=2),
+    # The sizes behind the figures in docs/benchmarks.md; a few minutes per seed on 2 cores.
+    "paper": dict(n_train=4000, n_eval=1000, units=256, k=16, passes=3),
+}
+
+
+def sentences(cfg: StructureConfig) -> dict[str, list[Sentence]]:
+    """The five splits of one run; a pure function of the config (its seed included)."""
+    from ema_core.grammar import sample_sentences
+
+    train = sample_sentences(cfg.grammar(cfg.n_train), cfg.seed, "train")
+    n_dev = int(cfg.n_train * cfg.dev_fraction)
+    ev = cfg.grammar(cfg.n_eval)
+    return {"train": train[:-n_dev], "dev": train[-n_dev:],
+            **{s: sample_sentences(ev, cfg.seed, s) for s in SPLITS_SCORED}}
+
+
+def run(cfg: StructureConfig, reporter: Reporter) -> dict:
+    with _deterministic_torch():
+        return _run(cfg, reporter, time.perf_counter())
+
+
+def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
+    from ema_core.grammar import stream
+    from ema_core.spcn import SPCN, SPCNState
+
+    ckpt = reporter.load_checkpoint()  # first: a bad checkpoint fails before any work
+    saved = _check_checkpoint(ckpt[1], cfg) if ckpt is not None else {}
+    elapsed_before = float(saved.get("elapsed", 0.0))
+    rows: list[dict] = list(saved.get("rows", []))
+    parts: dict = dict(saved.get("parts", {}))
+    P = cfg.passes
+    total_steps = P + 2  # passes, the probes, the BiGRU: the progress bar's units
+
+    def elapsed() -> float:
+        return elapsed_before + time.perf_counter() - t_start
+
+    def checkpoint(phase: str, passes_done: int, state: SPCNState | None) -> None:
+        reporter.save_checkpoint(passes_done + {"spcn": 0, "probes": 1, "bigru": 2}[phase], {
+            "format": CHECKPOINT_FORMAT, "config": cfg.model_dump_json(), "phase": phase,
+            "passes_done": passes_done, "spcn": state.as_checkpoint() if state is not None else {},
+            "rows": rows, "parts": parts, "elapsed": elapsed(),
+        })
+
+    reporter.progress(0.0, "sampling sentences")
+    data = sentences(cfg)
+    streams = {name: stream(s) for name, s in data.items()}
+    _check_unseen(streams)
+
+    # -- SPCN: Hebbian passes, no labels ---------------------------------------------------------
+    phase = saved.get("phase", "spcn")
+    passes_done = int(saved.get("passes_done", 0))
+    state = SPCNState.from_checkpoint(saved["spcn"]) if saved.get("spcn") else None
+    model = SPCN(cfg.spcn(), cfg.seed, state)
+    tok, _, start = streams["train"]  # the roles are never handed to SPCN
+    if phase == "spcn":
+        if passes_done == 0:
+            parts["prediction_error_untrained"] = model.prediction_error(tok, start)
+        for p in range(passes_done, P):
+            reporter.progress(p / total_steps, f"SPCN: Hebbian pass {p + 1}/{P}")
+            before = SPCNState(model.state.W.copy(), model.state.err_var.copy(), model.state.updates)
+            errs = model.train(tok, start, passes=1, should_stop=reporter.should_stop)
+            if reporter.should_stop():  # a partial pass is dropped: the resume redoes it whole
+                checkpoint("spcn", p, before)
+                raise Cancelled(p)
+            reporter.log(p + 1, {"spcn/pred_error": float(np.mean(errs))})
+            checkpoint("spcn", p + 1, model.state)
+        parts["prediction_error_trained"] = model.prediction_error(tok, start)
+        phase = "probes"
+
+    # -- probes on trained and untrained SPCN, and the control task --------------------------------
+    if phase == "probes":
+        reporter.progress(P / total_steps, "probing SPCN's features")
+        try:
+            rows = _probe_all(cfg, model, SPCN(cfg.spcn(), cfg.seed), streams, reporter, step=P + 1)
+        except Cancelled:
+            checkpoint("probes", P, model.state)  # the probes restart whole: each is one closed-form fit
+            raise Cancelled(P + 1) from None
+        checkpoint("bigru", P, model.state)
+        phase = "bigru"
+
+    # -- the supervised BiGRU -----------------------------------------------------------------------
+    reporter.progress((P + 1) / total_steps, "training the BiGRU")
+    from ema_core.bigru import predict, train_bigru
+    from ema_core.probes import accuracy_by_label
+
+    def log(epoch: int, metrics: dict) -> None:
+        reporter.log(P + 1 + epoch, metrics)
+
+    try:
+        net, info = train_bigru(cfg.bigru(), data["train"], data["dev"], cfg.seed, log=log,
+                                should_stop=reporter.should_stop)
+    except Cancelled:
+        checkpoint("bigru", P, model.state)  # the BiGRU restarts from scratch: it is the cheap part
+        raise Cancelled(P + 2) from None
+    parts["bigru_epochs"] = int(info.get("epochs", 0))
+    for split in SPLITS_SCORED:
+        acc = accuracy_by_label(streams[split][1], predict(net, data[split]), ROLE_NAMES)
+        rows += [{"role": r, "feature_set": "bigru", "split": split, "accuracy": a} for r, a in acc.items()]
+    summary = summarise(rows, parts)
+    summary["seconds"] = elapsed()
+    reporter.progress(1.0, "done")
+    return {"summary": summary, "tables": {"probe_accuracy": rows}}
+
+
+def _probe_all(cfg: StructureConfig, trained, untrained, streams, reporter: Reporter, step: int):
+    """``probe_accuracy`` rows of the trained and untrained SPCN's probes and of the control task."""
+    from ema_core.probes import accuracy_by_label, apply_control, control_labels, fit_probe
+
+    rows: list[dict] = []
+    y_train, y_dev = streams["train"][1], streams["dev"][1]
+    # Every training-vocabulary type gets a control label (a small train split may miss a few types
+    # that dev or test hold); novel words are not scored on the control task.
+    ctrl = control_labels(streams["train"][0], y_train, cfg.seed, types=np.arange(N_WORDS))
+    c_train, c_dev, c_test = (apply_control(streams[s][0], ctrl) for s in ("train", "dev", "test"))
+
+    def feats(model, split):
+        tok, _, start = streams[split]
+        return {k: v.astype(np.float32) for k, v in model.features(tok, start).items()}
+
+    for prefix, model in (("", trained), ("untrained/", untrained)):
+        F = {s: feats(model, s) for s in ("train", "dev", *SPLITS_SCORED)}
+        for name in FEATURE_SETS:
+            if reporter.should_stop():
+                raise Cancelled(step)
+            probe = fit_probe(F["train"][name], y_train, F["dev"][name], y_dev, kind=cfg.probe, seed=cfg.seed)
+            reporter.log(step, {f"probe/dev_acc/{prefix}{name}": probe.dev_accuracy[probe.reg]})
+            for split in SPLITS_SCORED:
+                acc = accuracy_by_label(streams[split][1], probe.predict(F[split][name]), ROLE_NAMES)
+                rows += [{"role": r, "feature_set": prefix + name, "split": split, "accuracy": a}
+                         for r, a in acc.items()]
+            if prefix == "":
+                # The control task: the same probe (kind and chosen regularisation) on random
+                # word-type labels, so that the gap is what the features hold beyond word identity.
+                cp = fit_probe(F["train"][name], c_train, F["dev"][name], c_dev, kind=cfg.probe,
+                               grid=(probe.reg,), seed=cfg.seed)
+                c_acc = float((cp.predict(F["test"][name]) == c_test).mean())
+                rows.append({"role": "overall", "feature_set": f"control/{name}", "split": "test", "accuracy": c_acc})
+    rows += _word_majority_rows(streams)
+    return rows
+
+
+def _word_majority_rows(streams) -> list[dict]:
+    """The word-identity baseline: each word type's most frequent training role (unseen words:
+    the most frequent role overall).  What a representation of the current word alone can give."""
+    from ema_core.probes import accuracy_by_label
+
+    tok, roles, _ = streams["train"]
+    overall = int(np.bincount(roles, minlength=len(ROLES)).argmax())
+    table = {int(w): int(np.bincount(roles[tok == w], minlength=len(ROLES)).argmax()) for w in np.unique(tok)}
+    rows = []
+    for split in SPLITS_SCORED:
+        pred = np.array([table.get(int(w), overall) for w in streams[split][0]], dtype=np.int64)
+        acc = accuracy_by_label(streams[split][1], pred, ROLE_NAMES)
+        rows += [{"role": r, "feature_set": "word_majority", "split": split, "accuracy": a} for r, a in acc.items()]
+    return rows
+
+
+def _check_unseen(streams) -> None:
+    # The novel split's open-class words must be new to everything trained here; the grammar
+    # guarantees it, and this makes a change that broke it fail loudly instead of inflating transfer.
+    seen = set(np.unique(streams["train"][0])) | set(np.unique(streams["dev"][0]))
+    if max(seen) >= N_WORDS:
+        raise RuntimeError("a training sentence holds a word id outside the training vocabulary")
+    novel = set(np.unique(streams["novel"][0])) - seen
+    if not novel:
+        raise RuntimeError("the novel split holds no word unseen in training")
+
+
+def summarise(rows: list[dict], parts: dict) -> dict:
+    """The run's summary (the keys ``emalab run structure --json`` promises), from the result rows."""
+    acc = {(r["feature_set"], r["split"], r["role"]): r["accuracy"] for r in rows}
+
+    def get(fs: str, split: str, role: str = "overall") -> float | None:
+        return acc.get((fs, split, role))
+
+    def structural(fs: str, split: str) -> float | None:
+        vals = [acc[(fs, split, r.name)] for r in ROLES if not r.lexical and (fs, split, r.name) in acc]
+        return float(np.mean(vals)) if vals else None
+
+    within = {fs: get(fs, "test") for fs in (*FEATURE_SETS, "bigru")}
+    out = {
+        "grammar": {"words": len(vocabulary()), "structures": len(STRUCTURES), "roles": len(ROLES)},
+        "within": within,
+        "transfer": {fs: get(fs, "novel") for fs in (*FEATURE_SETS, "bigru")},
+        "deep": {fs: get(fs, "deep") for fs in (*FEATURE_SETS, "bigru")},
+        "structural_roles": {"spcn": structural(SPCN_HEADLINE, "novel"), "bigru": structural("bigru", "novel")},
+        "structural_roles_within": {"spcn": structural(SPCN_HEADLINE, "test"), "bigru": structural("bigru", "test")},
+        "agent_det_transfer": {"spcn": get(SPCN_HEADLINE, "novel", "agent_det"),
+                               "bigru": get("bigru", "novel", "agent_det")},
+        "spcn_over_bigru": (within[SPCN_HEADLINE] / within["bigru"]
+                            if within.get(SPCN_HEADLINE) is not None and within.get("bigru") else None),
+        "word_majority": get("word_majority", "test"),
+        "untrained": {fs: get(f"untrained/{fs}", "test") for fs in FEATURE_SETS},
+        "selectivity": {fs: (get(fs, "test") - get(f"control/{fs}", "test"))
+                        if get(f"control/{fs}", "test") is not None and get(fs, "test") is not None else None
+                        for fs in FEATURE_SETS},
+        "spcn_feature": SPCN_HEADLINE,
+    }
+    for key in ("prediction_error_untrained", "prediction_error_trained", "bigru_epochs"):
+        if key in parts:
+            out[key] = parts[key]
+    return out
+
+
+def _check_checkpoint(state: dict, cfg: StructureConfig) -> dict:
+    missing = {"format", "config", "phase", "passes_done", "spcn", "rows", "parts", "elapsed"} - set(state)
+    if missing:
+        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a structure checkpoint")
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
+    if state["config"] != cfg.model_dump_json():
+        raise ValueError("checkpoint was written for another config")
+    if state["phase"] not in ("spcn", "probes", "bigru"):
+        raise ValueError(f"checkpoint names an unknown phase {state['phase']!r}")
+    return state
+
+
+EXPERIMENT = Experiment(
+    kind=KIND,
+    config_cls=StructureConfig,
+    presets=PRESETS,
+    run=run,
+    description="Grammatical roles: SPCN traces (Hebbian, zero labels) probed per role against a supervised BiGRU.",
+)
