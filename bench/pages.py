@@ -225,6 +225,7 @@ PAGES: dict[str, tuple[str | None, dict]] = {
     # The first load after the server (re)started: ingest has not yet seen any run folder.
     "overview_after_restart": (None, {}),
     "dilution": ("pages/dilution.py", {}),
+    "structure": ("pages/structure.py", {}),
     "jobs": ("pages/jobs.py", {}),
     "export": ("pages/export.py", {}),
     "export_dilution_accuracy": ("pages/export.py", {"export_table": "dilution_accuracy"}),

@@ -41,7 +41,7 @@ CLAIMS = [
     ("Fixed-decay traces dilute token identity: the token at lag k keeps weight α(1−α)^k, whatever it was.",
      "abstract", "pages/dilution.py", "Trace dilution"),
     ("Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero labels.",
-     "abstract, summaries", None, "Structure (not built yet)"),
+     "abstract, summaries", "pages/structure.py", "Structure"),
     ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, "
      "and swapping its predictor for attention changes nothing.", "abstract, summaries", None, "Content (not built yet)"),
 ]

@@ -4,7 +4,7 @@ The dilution page renders and follows a slider moved by keyboard; its downloads 
 click; a job launched from the Jobs page is watched, killed (its worker gets SIGKILL), resumed and
 finished, and its table downloaded as LaTeX from the Export page; the Overview's quick reproduction
 starts a job that the Jobs page then lists; a deep link into a fresh server still gets the app's
-router and navigation.
+router and navigation; the Structure page draws finished structure runs and follows its split switch.
 """
 from __future__ import annotations
 
@@ -370,9 +370,59 @@ def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chro
             nav.wait_for(timeout=60_000)
             links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
             titles = [text.strip().split("\n")[-1] for text in links]
-            assert titles == ["Overview", "Trace dilution", "Jobs", "Export"], links
+            assert titles == ["Overview", "Trace dilution", "Structure", "Jobs", "Export"], links
             # app.py's own sidebar text: the router ran.
             assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
             _no_exception(page)
         finally:
             page.close()
+
+
+def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
+    from playwright.sync_api import expect
+
+    from structure_fixture import make_structure_runs
+
+    # Three seeds of the experiment itself (tiny sizes): the browser sees what a real run writes.
+    make_structure_runs(emalab_home, (0, 1, 2), real=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 3000}, accept_downloads=True)
+    try:
+        page.goto(app_url + "/")
+        tested = page.get_by_role("link", name="Tested on: Structure")
+        tested.wait_for(timeout=60_000)
+        assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "structure"
+
+        page.goto(app_url + "/structure")
+        page.get_by_role("heading", name="Structure", exact=True).wait_for(timeout=60_000)
+        _wait_for_charts(page, 2)  # roles, probe controls
+        roles_chart = page.locator(CHARTS).first
+        expect(roles_chart).to_contain_text("within grammar (test)", timeout=60_000)
+        expect(roles_chart).to_contain_text("structure-dependent")
+        page.get_by_text("The paper's numbers beside ours").wait_for(timeout=60_000)
+        page.locator(".st-key-structure_control_dl_tex").get_by_role("button").wait_for(timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "structure.png"))
+        _no_exception(page)
+
+        page.get_by_test_id("stRadioGroup").get_by_text("novel vocabulary", exact=True).click()
+        expect(roles_chart).to_contain_text("split: novel vocabulary", timeout=60_000)
+        _wait_for_charts(page, 2)
+        page.get_by_test_id("stRadioGroup").get_by_text("deep embedding", exact=True).click()
+        expect(roles_chart).to_contain_text("split: deep embedding", timeout=60_000)
+        expect(roles_chart).not_to_contain_text("pobj_det")  # the deep split has no prepositional phrases
+        _no_exception(page)
+
+        with page.expect_download(timeout=60_000) as info:
+            page.locator(".st-key-structure_paper_dl_tex").get_by_role("button").click()
+        download = info.value
+        assert download.suggested_filename == "structure_paper_vs_ours.tex"
+        tex = Path(download.path()).read_text()
+        assert "\\toprule" in tex and "0.795" in tex and "$\\pm$" in tex
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "structure_deep.png"))
+        _no_exception(page)
+    finally:
+        page.close()

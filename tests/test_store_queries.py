@@ -218,3 +218,118 @@ def test_metric_series_keeps_the_newest_logging_of_a_repeated_step(tmp_path, mon
     series = metric_series(["dilution-resumed-s0"], "loss")
     assert list(series["step"]) == [1, 2, 3]
     assert list(series["value"]) == [3.0, 2.0, 1.0]
+
+
+# -- the structure experiment -------------------------------------------------------------------------
+
+def _structure_rows(inst, traces, bigru, det_traces, det_bigru, control, untrained):
+    """probe_accuracy rows of one structure run with the numbers the tests below check."""
+    rows = [
+        {"role": "overall", "feature_set": "instantaneous", "split": "test", "accuracy": inst},
+        {"role": "overall", "feature_set": "traces", "split": "test", "accuracy": traces},
+        {"role": "overall", "feature_set": "bigru", "split": "test", "accuracy": bigru},
+        {"role": "agent_det", "feature_set": "traces", "split": "test", "accuracy": det_traces},
+        {"role": "agent_det", "feature_set": "bigru", "split": "test", "accuracy": det_bigru},
+        # scored by SPCN alone: left out of the SPCN-vs-BiGRU mean over structure-dependent roles
+        {"role": "patient_det", "feature_set": "traces", "split": "test", "accuracy": 0.1},
+        {"role": "prep", "feature_set": "traces", "split": "test", "accuracy": 0.99},  # lexical
+        {"role": "prep", "feature_set": "bigru", "split": "test", "accuracy": 0.2},
+        {"role": "agent_det", "feature_set": "traces", "split": "novel", "accuracy": 1.0},
+        {"role": "agent_det", "feature_set": "bigru", "split": "novel", "accuracy": det_bigru - 0.1},
+        {"role": "overall", "feature_set": "traces", "split": "deep", "accuracy": traces - 0.1},
+        {"role": "overall", "feature_set": "control/traces", "split": "test", "accuracy": control},
+        {"role": "overall", "feature_set": "untrained/traces", "split": "test", "accuracy": untrained},
+        {"role": "overall", "feature_set": "untrained/traces", "split": "novel", "accuracy": 0.0},
+    ]
+    return {"probe_accuracy": rows}
+
+
+@pytest.fixture(scope="module")
+def structure_runs(tmp_path_factory):
+    h = tmp_path_factory.mktemp("structure") / "home"
+    cfg = {"n_sentences": 100}
+    ids = [
+        make_run(h, "structure", {**cfg, "seed": 0}, 0, tables=_structure_rows(0.8, 0.96, 1.0, 0.9, 0.8, 0.3, 0.7)),
+        make_run(h, "structure", {**cfg, "seed": 1}, 1, tables=_structure_rows(0.7, 0.90, 0.9, 0.7, 0.8, 0.4, 0.5)),
+    ]
+    assert ingest(h)["errors"] == []
+    return h, ids
+
+
+def test_probe_accuracy_stats_across_seeds(structure_runs):
+    h, ids = structure_runs
+    df = queries.probe_accuracy_stats(ids, home=h)
+    assert list(df.columns) == ["role", "feature_set", "split", "n", "seeds", "accuracy_mean", "accuracy_std"]
+    row = df[(df.role == "overall") & (df.feature_set == "traces") & (df.split == "test")].iloc[0]
+    assert row["n"] == 2 and row["seeds"] == "0,1"
+    assert row["accuracy_mean"] == pytest.approx(0.93) and row["accuracy_std"] == pytest.approx(math.sqrt(2) * 0.03)
+    assert set(queries.probe_accuracy_stats(ids, split="deep", home=h)["role"]) == {"overall"}
+    one = queries.probe_accuracy_stats(ids[:1], split="novel", home=h)
+    assert (one["n"] == 1).all() and one["accuracy_std"].isna().all() and (one["seeds"] == "0").all()
+    assert queries.probe_accuracy_stats([], home=h).empty
+
+
+def test_structure_headlines_form_ratios_per_seed(structure_runs):
+    h, ids = structure_runs
+    df = queries.structure_headlines(ids, ["agent_det", "patient_det"], home=h).set_index("measure")
+    assert list(df.columns) == ["n", "seeds", "value_mean", "value_std"]
+    assert df.loc["within_instantaneous", "value_mean"] == pytest.approx(0.75)
+    assert df.loc["within_traces", "value_mean"] == pytest.approx(0.93)
+    # 0.96 / 1.0 and 0.90 / 0.9: the mean of the ratios, not the ratio of the means (0.93 / 0.95)
+    assert df.loc["spcn_over_bigru", "value_mean"] == pytest.approx(0.98)
+    assert df.loc["spcn_over_bigru", "value_std"] == pytest.approx(math.sqrt(2) * 0.02)
+    # Only agent_det was scored by both: patient_det (SPCN alone) and prep (lexical) stay out.
+    assert df.loc["structural_spcn", "value_mean"] == pytest.approx(0.8)
+    assert df.loc["structural_bigru", "value_mean"] == pytest.approx(0.8)
+    assert df.loc["structural_gap", "value_mean"] == pytest.approx(0.0)
+    assert df.loc["structural_gap", "value_std"] == pytest.approx(math.sqrt(2) * 0.1)
+    # On novel vocabulary: SPCN 1.0 on agent_det in both seeds, the BiGRU 0.7 (0.8 − 0.1).
+    assert df.loc["novel_structural_spcn", "value_mean"] == pytest.approx(1.0)
+    assert df.loc["novel_structural_gap", "value_mean"] == pytest.approx(0.3)
+    assert df.loc["novel_agent_det_spcn", "value_mean"] == pytest.approx(1.0)
+    assert df.loc["novel_agent_det_bigru", "value_mean"] == pytest.approx(0.7)
+    assert df.loc["deep_overall_spcn", "value_mean"] == pytest.approx(0.83)
+    assert "deep_overall_bigru" not in df.index and "novel_overall_spcn" not in df.index  # not in these runs
+    assert (df["n"] == 2).all() and (df["seeds"] == "0,1").all()
+    # The SPCN of the comparison is a parameter; a feature set with no rows gives no SPCN measures.
+    other = queries.structure_headlines(ids, ["agent_det"], spcn="both", home=h)
+    assert set(other["measure"]) == {"within_instantaneous", "within_traces", "novel_agent_det_bigru"}
+
+
+def test_structure_queries_skip_missing_accuracies(tmp_path):
+    h = tmp_path / "home"
+    rows = [{"role": "overall", "feature_set": "traces", "split": "deep", "accuracy": float("nan")},
+            {"role": "agent_det", "feature_set": "traces", "split": "deep", "accuracy": None},
+            {"role": "end", "feature_set": "traces", "split": "deep", "accuracy": 0.5}]
+    run_id = make_run(h, "structure", {"seed": 0}, 0, tables={"probe_accuracy": rows})
+    assert ingest(h)["errors"] == []
+    assert queries.probe_accuracy_stats(run_id, home=h)["role"].tolist() == ["end"]
+    assert queries.structure_headlines(run_id, ["agent_det"], home=h).empty
+
+
+def test_probe_control_selectivity_per_seed(structure_runs):
+    h, ids = structure_runs
+    df = queries.probe_control(ids, home=h)
+    assert list(df.columns) == ["feature_set", "measure", "n", "seeds", "value_mean", "value_std"]
+    # instantaneous and bigru have no control or untrained counterpart: not control rows
+    assert set(df["feature_set"]) == {"traces"}
+    v = df.set_index("measure")["value_mean"]
+    assert v["trained"] == pytest.approx(0.93) and v["control"] == pytest.approx(0.35)
+    assert v["untrained"] == pytest.approx(0.6)
+    assert v["selectivity"] == pytest.approx(((0.96 - 0.3) + (0.90 - 0.4)) / 2)
+    assert v["training_gain"] == pytest.approx(((0.96 - 0.7) + (0.90 - 0.5)) / 2)
+    assert queries.probe_control(ids, split="novel", home=h).set_index("measure")["value_mean"]["untrained"] == 0.0
+
+
+def test_structure_queries_on_an_empty_store(home):
+    assert queries.probe_accuracy_stats().empty
+    assert list(queries.structure_headlines(structural_roles=["agent_det"]).columns) == [
+        "measure", "n", "seeds", "value_mean", "value_std"]
+    assert queries.probe_control().empty
+
+
+def test_config_id_ignores_the_seed():
+    a = queries.config_id("structure", {"n": 1, "seed": 0})
+    assert a == queries.config_id("structure", {"n": 1, "seed": 7}) and len(a) == 8
+    assert a != queries.config_id("structure", {"n": 2, "seed": 0})
+    assert a != queries.config_id("probe", {"n": 1, "seed": 0})

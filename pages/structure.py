@@ -1,0 +1,246 @@
+"""Structure: what a linear probe reads from SPCN's traces, role by role, beside a supervised BiGRU."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from ema_core.experiments import REGISTRY, build_config
+from ema_core.figures import (ROLE_MODELS, probe_control_chart, probe_control_frame, role_accuracy_chart,
+                              role_accuracy_frame)
+from ema_core.grammar import ROLES
+from jobs.rundir import StorageError
+from pages._router import ensure_router
+from pages._state import ingest_quietly, runner
+from pages._ui import chart_with_downloads, table_downloads
+from store import (StoreError, config_id, config_without_seed, list_runs, mean_std_cells, probe_accuracy_stats,
+                   probe_control, structure_headlines)
+
+ensure_router()  # before anything is drawn: see pages/_router.py
+
+KIND = "structure"
+SPCN = "traces"  # the SPCN the paper compares with the BiGRU: a probe on the traces alone
+SPLITS = {"test": "within grammar (test)", "novel": "novel vocabulary", "deep": "deep embedding"}
+STRUCTURAL = [r.name for r in ROLES if not r.lexical]
+# measure of store.queries.structure_headlines: (what, the paper's number, its source, how ours is measured)
+PAPER = {
+    "within_instantaneous": ("Within grammar: probe on instantaneous activations", "0.795", "[S]",
+                             "overall token accuracy, test split"),
+    "within_traces": ("Within grammar: probe on traces", "0.960", "[S]; [U] Within A 96",
+                      "overall token accuracy, test split"),
+    "spcn_over_bigru": ("SPCN / BiGRU, overall", "≈ 0.96", "[A] [S]",
+                        "per seed: SPCN (traces) ÷ BiGRU overall accuracy, test split"),
+    "structural_spcn": ("Structure-dependent roles: SPCN", "—", "",
+                        f"mean over the {len(STRUCTURAL)} structure-dependent roles, test split"),
+    "structural_bigru": ("Structure-dependent roles: BiGRU", "—", "",
+                         f"mean over the {len(STRUCTURAL)} structure-dependent roles, test split"),
+    "structural_gap": ("Structure-dependent roles: SPCN − BiGRU", "positive", "[S]",
+                       "per seed, over the roles both scored, test split (the paper names no split)"),
+    "novel_structural_spcn": ("Novel vocabulary, structure-dependent roles: SPCN", "—", "",
+                              f"mean over the {len(STRUCTURAL)} structure-dependent roles, novel split"),
+    "novel_structural_bigru": ("Novel vocabulary, structure-dependent roles: BiGRU", "—", "",
+                               f"mean over the {len(STRUCTURAL)} structure-dependent roles, novel split"),
+    "novel_structural_gap": ("Novel vocabulary, structure-dependent roles: SPCN − BiGRU", "positive", "[S]",
+                             "per seed, over the roles both scored, novel split (the paper names no split)"),
+    "novel_agent_det_spcn": ("Novel vocabulary, agent determiners: SPCN", "1.000", "[S]",
+                             "role agent_det, novel split"),
+    "novel_agent_det_bigru": ("Novel vocabulary, agent determiners: BiGRU", "0.759", "[S]",
+                              "role agent_det, novel split"),
+    "novel_overall_spcn": ("Transfer (novel vocabulary): SPCN overall", "0.618", "[U] Transfer B 61.8",
+                           "overall, novel split (the paper's transfer condition is unknown)"),
+    "novel_overall_bigru": ("Transfer (novel vocabulary): BiGRU overall", "—", "", "overall, novel split"),
+    "deep_overall_spcn": ("Deep embedding: SPCN overall", "0.84", "[U] Deep-embedded roles 84",
+                          "overall, deep split (nested clauses)"),
+    "deep_overall_bigru": ("Deep embedding: BiGRU overall", "—", "", "overall, deep split (nested clauses)"),
+}
+CONTROL_COLUMNS = {  # measure of store.queries.probe_control -> column of the control table
+    "trained": "trained SPCN", "untrained": "untrained SPCN", "control": "control task",
+    "selectivity": "selectivity (trained − control)", "training_gain": "trained − untrained",
+}
+
+
+def _wide(df: pd.DataFrame, index: list[str], column: str, mean: str, std: str, order: list[str]) -> pd.DataFrame:
+    """One row per ``index``, one ``mean ± std`` text column per value of ``column`` (in ``order``)."""
+    out = df[index].drop_duplicates().reset_index(drop=True)
+    for c in [c for c in order if c in set(df[column])]:
+        part = df.loc[df[column] == c, [*index, mean, std]].rename(columns={mean: f"{c}_mean", std: f"{c}_std"})
+        out = out.merge(part, on=index, how="left")  # a left merge keeps the rows' order
+    return mean_std_cells(out)
+
+
+def _unbroken(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """For display only: ``mean ± std`` cells with no-break spaces, so a narrow column does not split them."""
+    return df.assign(**{c: df[c].str.replace(" ", "\u00a0") for c in columns if c in df.columns})
+
+
+def launch_section() -> None:
+    st.subheader("Launch")
+    exp = REGISTRY[KIND]
+    presets = sorted(exp.presets, key=lambda p: (p != "quick", p != "paper"))  # quick, paper, then the rest
+    st.markdown("One run per seed, as background jobs; the page shows them once they are done.")
+    with st.form("structure_launch"):
+        left, mid, right = st.columns(3)
+        preset = left.selectbox("Preset", presets, key="structure_preset")
+        n_seeds = mid.number_input("Seeds", min_value=1, max_value=10, value=3, step=1, key="structure_n_seeds")
+        first = right.number_input("First seed", min_value=0, max_value=2**31 - 11, value=0, step=1,
+                                   key="structure_first_seed")
+        launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
+    if launched:
+        try:
+            seeds = range(int(first), int(first) + int(n_seeds))
+            started = [runner().submit(KIND, build_config(KIND, preset=preset, seed=s), preset=preset) for s in seeds]
+        except (ValueError, StorageError) as exc:
+            st.error(f"Not launched: {exc}")
+            return
+        st.success("Launched: " + ", ".join(started), icon=":material/rocket_launch:")
+        st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+
+
+st.title("Structure")
+st.markdown(
+    """
+SPCN (*Sparse Predictive Column Network*) learns from word sequences of a synthetic grammar with a local
+Hebbian rule — no gradients, no labels — and keeps multi-scale EMA traces of its sparse activations.
+A linear probe then reads each word's grammatical role from SPCN's **instantaneous** activations or
+from its **traces**; a supervised **BiGRU** is the baseline. *Lexical* roles are decided by the word alone
+(a relative pronoun is always one); *structure-dependent* roles by position (the same determiner is
+`agent_det` or `patient_det`). The paper's claim: traces keep structure — the trace probe gains on
+structure-dependent roles, and holds up on *novel vocabulary*, where a BiGRU that learned word→role
+shortcuts falls.
+"""
+)
+
+problem = ingest_quietly()
+if problem:
+    st.warning(f"The store could not be brought up to date: {problem}")
+try:
+    runs = list_runs(kind=KIND, limit=None)
+except StoreError as exc:
+    st.error(str(exc))
+    st.stop()
+
+done = runs[runs["status"] == "done"]
+active = runs[runs["status"].isin(["queued", "running"])]
+if len(active):
+    st.caption(f"{len(active)} structure run(s) queued or running; they appear here once done.")
+    st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+if done.empty:
+    st.info("No finished structure runs in the store yet. Launch some below: one run per seed; the charts "
+            "show mean ± std across seeds.", icon=":material/science:")
+    launch_section()
+    st.stop()
+
+configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
+cid = {run_id: config_id(KIND, cfg) for run_id, cfg in configs.items()}
+seed_of = dict(zip(done["run_id"], done["seed"]))
+# Newest config first (list_runs is newest first), seeds in order within a config.
+config_rank = {c: i for i, c in enumerate(dict.fromkeys(cid[r] for r in done["run_id"]))}
+options = sorted(done["run_id"], key=lambda r: (config_rank[cid[r]], pd.isna(seed_of[r]),
+                                                 seed_of[r] if pd.notna(seed_of[r]) else 0, r))
+newest = cid[options[0]]
+if any(r not in options for r in st.session_state.get("structure_runs", [])):
+    del st.session_state["structure_runs"]  # a run left the store: fall back to the default
+picked = st.multiselect(
+    "Runs (default: every seed of the newest config)", options, default=[r for r in options if cid[r] == newest],
+    format_func=lambda r: f"seed {seed_of[r]} · config {cid[r]} · {r}", key="structure_runs",
+)
+if not picked:
+    st.info("Pick at least one run.")
+    launch_section()
+    st.stop()
+picked_configs = sorted({cid[r] for r in picked})
+seeds = sorted(int(seed_of[r]) for r in picked if pd.notna(seed_of[r]))
+st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · config {', '.join(picked_configs)} · "
+           "error bars and ± are the standard deviation across seeds")
+if len(picked_configs) > 1:
+    st.warning(f"The runs picked come from {len(picked_configs)} different configs; mean ± std then mixes them.")
+with st.expander("Config of the runs picked"):
+    st.json({c: config_without_seed(configs[next(r for r in picked if cid[r] == c)]) for c in picked_configs},
+            expanded=len(picked_configs) == 1)
+
+try:
+    stats = probe_accuracy_stats(picked)
+    headlines = structure_headlines(picked, STRUCTURAL, spcn=SPCN)
+    control = probe_control(picked)
+except StoreError as exc:
+    st.error(str(exc))
+    st.stop()
+
+# -- roles ---------------------------------------------------------------------------------------------
+st.subheader("Role by role")
+present = [s for s in SPLITS if s in set(stats["split"])]
+if not present:
+    st.info("These runs hold no probe accuracies.")
+else:
+    if st.session_state.get("structure_split") not in present:
+        st.session_state["structure_split"] = present[0]
+    split = st.radio("Split", present, format_func=SPLITS.get, horizontal=True, key="structure_split")
+    frame = role_accuracy_frame(stats, split)
+    if frame.empty:
+        st.info(f"No probe of {', '.join(ROLE_MODELS.values())} was scored on the {SPLITS[split]} split.")
+    else:
+        chart_with_downloads(role_accuracy_chart(frame, SPLITS[split]), f"structure_roles_{split}",
+                             key="structure_roles_chart")
+        st.caption("Roles a split does not contain have no bars: the deep split holds only the relative and "
+                   "complement structures. SPCN traces = the probe on the EMA traces alone.")
+        with st.expander("The chart as a table"):
+            table = _wide(frame, ["group", "role"], "model", "mean", "std", list(ROLE_MODELS.values()))
+            table.insert(2, "n", frame.groupby(["group", "role"], sort=False)["n"].max().to_numpy())
+            st.dataframe(table, hide_index=True, key="structure_roles_table")
+            table_downloads(table, f"structure_roles_{split}", key="structure_roles_dl",
+                            caption=f"Probe accuracy per role, {SPLITS[split]} split, mean ± std across seeds "
+                                    f"(seeds {', '.join(map(str, seeds))}).",
+                            label=f"tab:structure-roles-{split}")
+
+# -- the paper beside ours -----------------------------------------------------------------------------
+st.subheader("The paper's numbers beside ours")
+found = headlines.set_index("measure")
+rows = []
+for measure, (what, paper, source, how) in PAPER.items():
+    has = measure in found.index
+    rows.append({"measure": what, "paper": paper,
+                 "ours_mean": found.at[measure, "value_mean"] if has else float("nan"),
+                 "ours_std": found.at[measure, "value_std"] if has else float("nan"),
+                 "seeds": int(found.at[measure, "n"]) if has else 0, "source": source,
+                 "ours measured as": how if has else f"{how} — not in these runs"})
+paper_table = mean_std_cells(pd.DataFrame(rows))
+# A static table (a dozen rows, every cell's text in full); "0.797 ± 0.002" kept on one line.
+st.table(_unbroken(paper_table, "ours"), hide_index=True)
+table_downloads(paper_table, "structure_paper_vs_ours", key="structure_paper_dl",
+                caption="The paper's numbers beside ours (mean ± std across seeds). [A] abstract, "
+                        "[S] seed summaries, [U] unverified extraction.",
+                label="tab:structure-paper")
+st.caption("Sources: [A] the abstract, [S] the detailed summaries, [U] an unverified automatic extraction of the "
+           "paper's tables — shown, never tuned to. SPCN is the probe on its traces.")
+
+# -- probe controls ------------------------------------------------------------------------------------
+st.subheader("Probe controls")
+control_frame = probe_control_frame(control)
+chart_col, text_col = st.columns([1, 1])
+with text_col:
+    st.markdown(
+        "Is the structure in SPCN's features, or in the probe? The same probe trained on a *control task* "
+        "(a random word-type → label map, Hewitt & Liang 2019) measures what a probe can memorise on its own; "
+        "**selectivity** = real accuracy − control accuracy, high when the features, not the probe, carry the "
+        "roles. The same probe on an *untrained* SPCN (its frozen random projections alone) measures what the "
+        "Hebbian learning added. Differences are formed per seed, then averaged."
+    )
+if control_frame.empty:
+    st.info("These runs hold no control-task or untrained-SPCN probes.")
+else:
+    with chart_col:
+        chart_with_downloads(probe_control_chart(control_frame), "structure_probe_control",
+                             key="structure_control_chart")
+    sets = {s: i for i, s in enumerate(dict.fromkeys(control_frame["feature_set"]))}
+    ctrl = control.assign(measure=control["measure"].map(CONTROL_COLUMNS)).dropna(subset=["measure"])
+    control_table = _wide(ctrl, ["feature_set"], "measure", "value_mean", "value_std", list(CONTROL_COLUMNS.values()))
+    control_table = (control_table.sort_values("feature_set", key=lambda c: c.map(sets), na_position="last")
+                     .rename(columns={"feature_set": "SPCN features"}).reset_index(drop=True))
+    control_table["seeds"] = control_table["SPCN features"].map(control.groupby("feature_set")["n"].max())
+    st.table(_unbroken(control_table, *CONTROL_COLUMNS.values()), hide_index=True)
+    table_downloads(control_table, "structure_probe_control", key="structure_control_dl",
+                    caption="Probe controls: overall accuracy on the test split, mean ± std across seeds.",
+                    label="tab:structure-probe-control")
+
+launch_section()

@@ -1,0 +1,121 @@
+"""Finished runs of the structure experiment for page and query tests, in the store's result format.
+
+``make_structure_runs(home, seeds)`` writes one real run folder per seed (config.json, events,
+status "done", result.json) and ingests them with ``store.ingest``, as a finished job would leave
+them.  The rows come from :func:`synthetic_result` (instant, with known numbers), or with
+``real=True`` from the experiment itself (``REGISTRY["structure"]``, in-process, at ``TINY``
+sizes: a few seconds per seed): the run folders are the same either way.
+
+The synthetic rows are test inputs with known answers, never results (no page or export shows
+them outside the tests): the page's arithmetic is checked against them.  They are shaped like the
+paper's claims (PAPER.md §2) so that every view has something to draw: traces above
+instantaneous activations, the BiGRU strong on lexical roles and weaker on structure-dependent
+ones, the BiGRU losing agent determiners on novel vocabulary, the probe on the control task near
+chance.  The deep split scores only the roles of the embedded structures, so rows are missing
+there, as they will be in real runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ema_core.grammar import EMBEDDED_STRUCTURES, N_STRUCTURES, ROLES, template
+from jobs.rundir import RunDir, run_id_for
+from store import ingest
+
+KIND = "structure"
+# The quick preset shrunk to seconds per seed; the numbers mean little, the result's shape is real.
+TINY = dict(n_train=400, n_eval=40, units=64, k=4, passes=1, bigru_max_epochs=2)
+SPCN_SETS = ("instantaneous", "traces", "both")
+# Mean accuracy per (feature set, role kind) before per-seed noise.
+LEVELS = {
+    ("instantaneous", True): 0.93, ("instantaneous", False): 0.74,
+    ("traces", True): 0.97, ("traces", False): 0.95,
+    ("both", True): 0.98, ("both", False): 0.96,
+    ("bigru", True): 0.995, ("bigru", False): 0.91,
+}
+SPLIT_DROP = {"test": 0.0, "novel": 0.08, "deep": 0.12}
+
+
+def split_roles() -> dict[str, list[str]]:
+    """The roles each split can score: all structures for test and novel, embedded ones for deep."""
+    every = sorted({r for s in range(N_STRUCTURES) for _, r in template(s)}, key=[r.name for r in ROLES].index)
+    deep = sorted({r for s in EMBEDDED_STRUCTURES for _, r in template(s, 3)}, key=[r.name for r in ROLES].index)
+    return {"test": every, "novel": every, "deep": deep}
+
+
+def synthetic_result(seed: int) -> dict:
+    """A result.json body of one structure run: summary plus ``probe_accuracy`` rows."""
+    rng = np.random.default_rng(1000 + seed)
+    lexical = {r.name: r.lexical for r in ROLES}
+    rows = []
+
+    def add(role, feature_set, split, accuracy):
+        rows.append({"role": role, "feature_set": feature_set, "split": split,
+                     "accuracy": float(np.clip(accuracy, 0.0, 1.0))})
+
+    for split, roles in split_roles().items():
+        for fs in (*SPCN_SETS, "bigru"):
+            drop = SPLIT_DROP[split] * (1.0 if fs == "bigru" else 0.5)
+            accs = []
+            for role in roles:
+                acc = LEVELS[(fs, lexical[role])] - drop + rng.normal(0, 0.01)
+                if split == "novel" and role == "agent_det":
+                    acc = 1.0 if fs != "bigru" else 0.76 + rng.normal(0, 0.02)
+                add(role, fs, split, acc)
+                accs.append(rows[-1]["accuracy"])
+            add("overall", fs, split, np.mean(accs))
+        for fs in SPCN_SETS:  # an untrained SPCN: the frozen projections alone
+            for role in roles:
+                add(role, f"untrained/{fs}", split, LEVELS[(fs, lexical[role])] - 0.2 + rng.normal(0, 0.02))
+            add("overall", f"untrained/{fs}", split, LEVELS[(fs, False)] - 0.2 + rng.normal(0, 0.02))
+    for fs in SPCN_SETS:  # control task: a random word type → label map, overall on test only
+        add("overall", f"control/{fs}", "test", 0.35 + rng.normal(0, 0.02))
+
+    def overall(fs, split):
+        return next(r["accuracy"] for r in rows if (r["role"], r["feature_set"], r["split"]) == ("overall", fs, split))
+
+    summary = {
+        "grammar": {"words": 147, "structures": 6, "roles": 20},
+        "within": {fs: overall(fs, "test") for fs in (*SPCN_SETS, "bigru")},
+        "transfer": {fs: overall(fs, "novel") for fs in ("traces", "bigru")},
+        "deep": {fs: overall(fs, "deep") for fs in ("traces", "bigru")},
+        "seconds": 1.0,
+    }
+    return {"summary": summary, "tables": {"probe_accuracy": rows}}
+
+
+def _real_run(seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict]:
+    from ema_core.experiments import NullReporter, build_config, get_experiment
+
+    cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {})}, seed=seed)
+    reporter = NullReporter()
+    result = get_experiment(KIND).run(cfg, reporter)
+    return cfg.model_dump(mode="json"), reporter.events, result
+
+
+def make_structure_runs(home: Path, seeds=(0, 1), config: dict | None = None, *, real: bool = False) -> list[str]:
+    """Finished, ingested structure runs of one config, one per seed; their run ids in seed order.
+
+    ``config`` is the synthetic runs' config, or with ``real=True`` overrides of the experiment's
+    settings on top of ``TINY``.
+    """
+    run_ids = []
+    for seed in seeds:
+        if real:
+            cfg, events, result = _real_run(int(seed), config)
+        else:
+            cfg = {**(config or {"preset": "test", "n_sentences": 200}), "seed": int(seed)}
+            events = [(i, {"spcn/pred_error": 1.0 / (i + 1), "bigru/loss": 2.0 / (i + 1)}) for i in range(5)]
+            result = synthetic_result(int(seed))
+        rd = RunDir.for_id(run_id_for(KIND, cfg, int(seed)), home)
+        rd.create(KIND, cfg, int(seed))
+        rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0)
+        rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
+        rd.write_result(result)
+        rd.write_status(state="done", ended="2026-01-01T00:01:00+00:00", progress=1.0)
+        run_ids.append(rd.run_id)
+    report = ingest(home, run_ids)
+    assert report["errors"] == [], report["errors"]
+    return run_ids

@@ -1,0 +1,259 @@
+"""The Structure page through AppTest: empty store, several seeds, the split switch, the paper table, launch."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ema_core.experiments import build_config
+from store import probe_accuracy
+from store.export import mean_std
+from structure_fixture import make_structure_runs, split_roles
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGE = "pages/structure.py"
+TIMEOUT = 60
+SEEDS = (0, 1, 2)
+
+
+def _ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _page() -> AppTest:
+    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())  # the router first, as in a browser
+    at.switch_page(PAGE)
+    return _ok(at.run())
+
+
+def _charts(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
+    """Each chart's spec and its data (which travels as Arrow beside the spec)."""
+    out = []
+    for c in at.get("vega_lite_chart"):
+        data = pa.ipc.open_stream(c.proto.datasets[0].data.data).read_all().to_pandas()
+        out.append((json.loads(c.proto.spec), data))
+    return out
+
+
+def _table(at: AppTest, column: str) -> pd.DataFrame:
+    tables = [d.value for d in [*at.dataframe, *at.table] if column in d.value.columns]
+    assert len(tables) == 1, [list(d.value.columns) for d in at.dataframe]
+    return tables[0]
+
+
+@pytest.fixture(scope="module")
+def structure_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("structure") / "home"
+    return home, make_structure_runs(home, SEEDS)
+
+
+@pytest.fixture
+def runs(structure_home, monkeypatch):
+    home, run_ids = structure_home
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    return run_ids
+
+
+@pytest.fixture
+def empty_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """A runner that records what the page submits instead of starting worker processes."""
+    submitted = []
+
+    class Runner:
+        def submit(self, kind, config, seed=None, preset=None):
+            submitted.append((kind, config.model_dump(), preset))
+            return f"{kind}-x-s{config.seed}"
+
+    import pages._state
+
+    monkeypatch.setattr(pages._state, "runner", lambda: Runner())
+    return submitted
+
+
+def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
+    at = _page()
+    assert at.title[0].value == "Structure"
+    assert "SPCN" in at.markdown[0].value
+    assert any("No finished structure runs" in i.value for i in at.info)
+    assert at.get("vega_lite_chart") == [] and len(at.dataframe) == len(at.table) == 0
+    assert any(s.value == "Launch" for s in at.subheader)
+
+
+def test_launch_submits_one_run_per_seed(empty_home, registered):
+    at = _page()
+    assert at.selectbox(key="structure_preset").options == ["quick", "paper"]
+    at.number_input(key="structure_n_seeds").set_value(2)
+    at.number_input(key="structure_first_seed").set_value(5)
+    next(b for b in at.button if b.label == "Launch").click()
+    _ok(at.run())
+    assert registered == [("structure", build_config("structure", preset="quick", seed=s).model_dump(), "quick")
+                          for s in (5, 6)]
+    assert any("structure-x-s5, structure-x-s6" in s.value for s in at.success)
+
+
+def test_runs_of_several_seeds_draw_bars_with_error_bars(runs):
+    at = _page()
+    assert at.multiselect(key="structure_runs").value == runs  # every seed of the newest config
+    assert any("3 run(s) · seeds 0, 1, 2" in c.value for c in at.caption)
+    (roles_spec, roles), (control_spec, control) = _charts(at)
+    assert roles_spec["facet"]["column"]["field"] == "group"
+    assert [layer["mark"]["type"] for layer in roles_spec["spec"]["layer"]] == ["bar", "rule"]
+    assert set(roles["model"]) == {"SPCN instantaneous", "SPCN traces", "BiGRU"}
+    assert list(dict.fromkeys(roles["group"])) == ["all tokens", "lexical", "structure-dependent"]
+    assert set(roles["role"]) == {"overall", *split_roles()["test"]}
+    assert (roles["n"] == 3).all() and roles["std"].notna().all()  # three seeds: a spread everywhere
+    # The bars are the store's numbers: mean and sample std across seeds of one (role, probe).
+    raw = probe_accuracy(runs, role="agent_det", feature_set="bigru", split="test")["accuracy"]
+    row = roles[(roles["role"] == "agent_det") & (roles["model"] == "BiGRU")].iloc[0]
+    assert row["mean"] == pytest.approx(raw.mean()) and row["std"] == pytest.approx(raw.std(ddof=1))
+    assert set(control["condition"]) == {"trained SPCN", "untrained SPCN", "control task"}
+    assert "Probe controls" in json.dumps(control_spec["title"])
+
+
+def test_the_split_switch_changes_the_chart(runs):
+    at = _page()
+    radio = at.radio(key="structure_split")
+    assert radio.options == ["within grammar (test)", "novel vocabulary", "deep embedding"]
+    assert radio.value == "test"
+    radio.set_value("deep")
+    _ok(at.run())
+    spec, roles = _charts(at)[0]
+    assert "deep embedding" in json.dumps(spec["title"])
+    # The deep split holds the embedded structures only: its gaps are absent, not zero.
+    assert set(roles["role"]) == {"overall", *split_roles()["deep"]}
+    assert "prep" not in set(roles["role"]) and len(roles) == 3 * (len(split_roles()["deep"]) + 1)
+    at.radio(key="structure_split").set_value("novel")
+    _ok(at.run())
+    roles = _charts(at)[0][1]
+    agent_det = roles[roles["role"] == "agent_det"].set_index("model")["mean"]
+    assert agent_det["SPCN traces"] == pytest.approx(1.0) and agent_det["BiGRU"] < 0.8
+
+
+def test_the_paper_table_holds_the_papers_numbers_beside_ours(runs):
+    at = _page()
+    table = _table(at, "paper").set_index("measure")
+    assert list(table.columns) == ["paper", "ours", "seeds", "source", "ours measured as"]
+    table["ours"] = table["ours"].str.replace("\u00a0", " ")  # shown with no-break spaces
+
+    def ours(feature_set, split="test", role="overall"):
+        acc = probe_accuracy(runs, role=role, feature_set=feature_set, split=split)["accuracy"]
+        return mean_std(acc.mean(), acc.std(ddof=1))
+
+    inst = table.loc["Within grammar: probe on instantaneous activations"]
+    assert (inst["paper"], inst["source"], inst["ours"], inst["seeds"]) == ("0.795", "[S]", ours("instantaneous"), 3)
+    assert table.loc["Within grammar: probe on traces", "paper"] == "0.960"
+    assert table.loc["Within grammar: probe on traces", "ours"] == ours("traces")
+    assert table.loc["Novel vocabulary, agent determiners: SPCN", "paper"] == "1.000"
+    assert table.loc["Novel vocabulary, agent determiners: SPCN", "ours"] == "1.000 ± 0.000"
+    assert table.loc["Novel vocabulary, agent determiners: BiGRU", "paper"] == "0.759"
+    assert table.loc["Novel vocabulary, agent determiners: BiGRU", "ours"] == ours("bigru", "novel", "agent_det")
+    # A ratio is formed per seed, then averaged.
+    t = probe_accuracy(runs, role="overall", feature_set="traces", split="test").set_index("run_id")["accuracy"]
+    b = probe_accuracy(runs, role="overall", feature_set="bigru", split="test").set_index("run_id")["accuracy"]
+    ratio = t / b
+    assert table.loc["SPCN / BiGRU, overall", "ours"] == mean_std(ratio.mean(), ratio.std(ddof=1))
+    assert table.loc["SPCN / BiGRU, overall", "paper"] == "≈ 0.96"
+    assert table.loc["Structure-dependent roles: SPCN − BiGRU", "paper"] == "positive"
+    assert "[U]" in table.loc["Deep embedding: SPCN overall", "source"]
+    assert (table["seeds"] == 3).all()
+
+
+def test_the_probe_control_table_shows_selectivity(runs):
+    at = _page()
+    table = _table(at, "selectivity (trained − control)")
+    assert list(table["SPCN features"]) == ["instantaneous", "traces", "both"]
+    def overall(feature_set):
+        return probe_accuracy(runs, role="overall", feature_set=feature_set, split="test").set_index("run_id")["accuracy"]
+
+    sel = overall("traces") - overall("control/traces")
+    row = table[table["SPCN features"] == "traces"].iloc[0]
+    assert row["selectivity (trained − control)"].replace("\u00a0", " ") == mean_std(sel.mean(), sel.std(ddof=1))
+
+
+def test_every_chart_and_table_has_its_downloads(runs):
+    at = _page()
+    labels = [b.label for b in at.get("download_button")]
+    assert labels.count("SVG") == 2 and labels.count("PNG") == 2  # roles, probe controls
+    assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 3  # roles, paper, controls
+
+
+def test_one_seed_draws_no_error_bars(runs):
+    at = _page()
+    at.multiselect(key="structure_runs").set_value(runs[:1])
+    _ok(at.run())
+    roles = _charts(at)[0][1]
+    assert (roles["n"] == 1).all() and roles["std"].isna().all()
+    table = _table(at, "paper")
+    assert not table["ours"].str.contains("±").any() and (table["seeds"] == 1).all()
+    at.multiselect(key="structure_runs").set_value([])
+    _ok(at.run())
+    assert any("Pick at least one run" in i.value for i in at.info)
+
+
+def test_runs_of_two_configs_default_to_the_newest_and_warn_when_mixed(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    older = make_structure_runs(home, (0, 1), config={"preset": "test", "n_sentences": 100})
+    newer = make_structure_runs(home, (0, 1), config={"preset": "test", "n_sentences": 300})
+    # Make the second pair the newest by start time, as a later launch would be.
+    for rid in newer:
+        status = home / "runs" / rid / "status.json"
+        status.write_text(json.dumps({**json.loads(status.read_text()), "started": "2026-02-01T00:00:00+00:00"}))
+    from store import ingest
+
+    ingest(home)
+    at = _page()
+    assert sorted(at.multiselect(key="structure_runs").value) == sorted(newer)
+    assert not at.warning
+    at.multiselect(key="structure_runs").set_value(older + newer)
+    _ok(at.run())
+    assert any("2 different configs" in w.value for w in at.warning)
+
+
+def test_overview_links_to_the_structure_page(empty_home):
+    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
+    links = {e.proto.label: e.proto.page for e in at.get("page_link")}
+    assert links["Tested on: Structure"] == "structure"
+
+
+def test_the_page_draws_runs_of_the_real_experiment(tmp_path, monkeypatch):
+    # Two seeds of the experiment itself at tiny sizes: the page reads whatever it really writes.
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    run_ids = make_structure_runs(home, (0, 1), real=True)
+    at = _page()
+    assert at.multiselect(key="structure_runs").value == run_ids
+    (_, roles), (_, control) = _charts(at)
+    assert {"SPCN instantaneous", "SPCN traces", "BiGRU"} <= set(roles["model"]) and (roles["n"] == 2).all()
+    assert set(control["condition"]) == {"trained SPCN", "untrained SPCN", "control task"}
+    table = _table(at, "paper").set_index("measure")
+    assert table.loc["Within grammar: probe on traces", "seeds"] == 2
+    assert table.loc["Novel vocabulary, agent determiners: BiGRU", "seeds"] == 2
+    at.radio(key="structure_split").set_value("deep")
+    _ok(at.run())
+    assert "pobj_det" not in set(_charts(at)[0][1]["role"])
+
+
+def test_the_charts_export_as_svg_and_png(runs):
+    from ema_core.figures import (chart_to_png, chart_to_svg, probe_control_chart, probe_control_frame,
+                                  role_accuracy_chart, role_accuracy_frame)
+    from store.queries import probe_accuracy_stats, probe_control
+
+    roles = role_accuracy_chart(role_accuracy_frame(probe_accuracy_stats(runs), "deep"), "deep embedding")
+    control = probe_control_chart(probe_control_frame(probe_control(runs)))
+    for chart in (roles, control):
+        svg = chart_to_svg(chart)
+        assert svg.lstrip().startswith("<svg") and "accuracy (held out)" in svg
+        assert chart_to_png(chart, scale=1).startswith(b"\x89PNG")
+    assert "emb_patient_noun" in chart_to_svg(roles) and "pobj_det" not in chart_to_svg(roles)
