@@ -35,6 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from ema_core.paths import emalab_home  # the one rule for the data folder, shared with ema_core
+
 STATES = ("queued", "running", "done", "failed", "cancelled", "crashed")
 FINAL_STATES = ("done", "failed", "cancelled", "crashed")
 RESUMABLE_STATES = ("failed", "cancelled", "crashed")
@@ -47,12 +49,6 @@ class StorageError(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be loaded."""
-
-
-def emalab_home() -> Path:
-    """The data folder: $EMALAB_HOME, or ``emalab_home/`` inside the project checkout."""
-    env = os.environ.get("EMALAB_HOME")
-    return Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / "emalab_home"
 
 
 def runs_root(home: Path | None = None) -> Path:

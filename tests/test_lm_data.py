@@ -1,0 +1,329 @@
+"""The LM data layer: corpora (local, embedded Austen, hub offline), BPE, cached token streams, bpb."""
+import gzip
+import json
+import math
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pydantic import ValidationError
+
+from ema_core.lm import data as D
+
+TEXTS = ["It is a truth universally acknowledged.\n", "Café — naïve façade, 東京 and émoji 🙂.\n",
+         "  whitespace\t\truns   and\n\n\n  blank lines  \n"]
+
+
+@pytest.fixture(scope="module")
+def austen(tmp_path_factory):
+    # Module-scoped fixtures run before conftest's per-test EMALAB_HOME: isolate this one by hand
+    # (datasets keeps its lock files under $EMALAB_HOME/cache).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EMALAB_HOME", str(tmp_path_factory.mktemp("lm_home")))
+        return D.load_corpus("austen")
+
+
+@pytest.fixture(scope="module")
+def bpe512(austen):
+    # One novel is plenty for a 512-token vocabulary, and keeps the module fast.
+    return D.train_bpe(austen.train[:1], 512)
+
+
+def _persuasion() -> str:
+    with gzip.open(D.AUSTEN_DIR / "persuasion.txt.gz", "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+# ---------------------------------------------------------------------------------------------
+# Local files, good
+
+
+def _write_all_kinds(folder):
+    (folder / "a.txt").write_text(TEXTS[0], encoding="utf-8")
+    with gzip.open(folder / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write(TEXTS[1])
+    (folder / "c.jsonl").write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(TEXTS)),
+                                    encoding="utf-8")
+    with gzip.open(folder / "d.json.gz", "wt", encoding="utf-8") as f:
+        json.dump([{"text": t} for t in TEXTS[:2]], f)
+    pq.write_table(pa.table({"text": TEXTS, "n": [1, 2, 3]}), folder / "e.parquet")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("a.txt", TEXTS[:1]),               # a text file is one document, kept byte for byte
+    ("b.txt.gz", TEXTS[1:2]),
+    ("c.jsonl", TEXTS),                 # one document per record
+    ("d.json.gz", TEXTS[:2]),           # a JSON array of records, gzip'd
+    ("e.parquet", TEXTS),
+])
+def test_local_file_of_each_type(tmp_path, name, expected):
+    _write_all_kinds(tmp_path)
+    docs = list(D._iter_local(tmp_path / name))
+    assert docs == expected
+
+
+def test_local_folder_reads_every_supported_file_in_name_order(tmp_path):
+    _write_all_kinds(tmp_path)
+    (tmp_path / "README.md").write_text("not data")      # skipped, like data/austen/PROVENANCE.md
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f.txt").write_text("nested\n")
+    (tmp_path / ".hidden.txt").write_text("skipped\n")
+    docs = list(D._iter_local(tmp_path))
+    assert docs == [*TEXTS[:1], *TEXTS[1:2], *TEXTS, *TEXTS[:2], *TEXTS, "nested\n"]
+    corpus = D.load_corpus(str(tmp_path), val_fraction=0.2)
+    assert corpus.train + corpus.val == tuple(docs)         # 12 documents: the last 2 held out
+    assert corpus.val == tuple(docs[-2:])
+    assert D.load_corpus(str(tmp_path), val_fraction=0.2).fingerprint == corpus.fingerprint
+
+
+def test_single_document_is_split_by_text(tmp_path):
+    text = "".join(f"line {i} of a single long document\n" for i in range(400))
+    (tmp_path / "one.txt").write_text(text)
+    corpus = D.load_corpus(str(tmp_path / "one.txt"), val_fraction=0.05)
+    assert len(corpus.train) == len(corpus.val) == 1
+    assert corpus.train[0] + corpus.val[0] == text
+    assert corpus.val[0].startswith("line ")                 # the cut moved to a line start
+    assert 0.03 < len(corpus.val[0]) / len(text) <= 0.05
+
+
+def test_bounds_and_document_split(tmp_path):
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}\n"}) + "\n" for i in range(100)))
+    corpus = D.load_corpus(str(tmp_path / "docs.jsonl"), max_docs=40)
+    assert corpus.train == tuple(f"doc {i}\n" for i in range(38))   # 40 × 0.05 = the last 2 documents
+    assert corpus.val == ("doc 38\n", "doc 39\n")
+    capped = D.load_corpus(str(tmp_path / "docs.jsonl"), max_chars=300)
+    assert sum(capped.n_chars) == 300      # the last document read is cut to fit
+
+
+# ---------------------------------------------------------------------------------------------
+# Local files, bad: one line, naming the file and what is wrong
+
+
+def _bad_files(folder):
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "blank.txt").write_text("  \n\n \n")
+    (folder / "nul.txt").write_bytes(b"PK\x03\x04\x00\x00binary\x00stuff")
+    (folder / "latin1.txt").write_bytes("café au lait\n".encode("latin-1"))
+    (folder / "body.jsonl").write_text('{"body": "no text field"}\n')
+    (folder / "number.jsonl").write_text('{"text": 5}\n')
+    (folder / "broken.jsonl").write_text('{"text": "unterminated\n')
+    (folder / "fake.txt.gz").write_bytes(b"plain text, not gzip")
+    (folder / "notes.csv").write_text("text\nhello\n")
+    pq.write_table(pa.table({"body": ["a"]}), folder / "body.parquet")
+    (folder / "nothing").mkdir()
+    (folder / "nothing" / "README.md").write_text("no data here")
+
+
+@pytest.mark.parametrize("name, words", [
+    ("empty.txt", "empty file"),
+    ("blank.txt", "no text"),
+    ("nul.txt", "binary content"),
+    ("latin1.txt", "not UTF-8"),
+    ("body.jsonl", "no 'text' field (record 0 has: body)"),
+    ("number.jsonl", "not a string"),
+    ("broken.jsonl", "cannot be read as json"),
+    ("fake.txt.gz", "not a gzip file"),
+    ("notes.csv", "unsupported file type '.csv'"),
+    ("body.parquet", "no 'text' field"),
+    ("nothing", "no .txt, .jsonl, .json or .parquet files"),
+    ("missing.txt", "no such file"),
+])
+def test_bad_local_files_fail_with_one_clear_line(tmp_path, name, words):
+    _bad_files(tmp_path)
+    with pytest.raises(ValueError) as info:
+        D.load_corpus(str(tmp_path / name))
+    message = str(info.value)
+    assert name in message and words in message
+    assert "\n" not in message
+
+
+def test_missing_path_is_not_mistaken_for_a_hub_name():
+    for spec in ("./nope", "~/nowhere/corpus", "some/deep/folder", "corpus.jsonl.gz"):
+        with pytest.raises(D.CorpusError, match="no such file"):
+            D.load_corpus(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# The hub, offline: fail at once, with one line
+
+
+def _check_offline(error, spec):
+    message = str(error)
+    assert "\n" not in message
+    assert spec in message and "Hub cannot be reached" in message
+    assert "local path" in message and '"austen"' in message
+
+
+def test_hub_corpus_offline_mode_fails_at_once(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with pytest.raises(D.HubUnreachable) as info:
+        D.load_corpus("allenai/c4:en", max_docs=10)
+    assert time.perf_counter() - start < 1.0
+    _check_offline(info.value, "allenai/c4:en")
+
+
+def test_hub_unreachable_without_offline_flag_fails_fast(monkeypatch):
+    # No offline flag: the probe itself must notice.  Port 9 on loopback refuses at once, online or
+    # not, so this checks the probe (not the machine's network) and never hangs.
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    start = time.perf_counter()
+    with pytest.raises(D.HubUnreachable) as info:
+        D.load_corpus("HuggingFaceFW/fineweb-edu")
+    _check_offline(info.value, "HuggingFaceFW/fineweb-edu")
+    with pytest.raises(D.HubUnreachable) as info:
+        D.load_tokenizer("gpt2")
+    _check_offline(info.value, "gpt2")
+    assert time.perf_counter() - start < 2 * (D.HUB_PROBE_SECONDS + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Austen: one whole novel held out
+
+
+def test_austen_validation_is_exactly_persuasion(austen):
+    persuasion = _persuasion()
+    assert austen.val == (persuasion,)
+    assert len(austen.train) == 5 and persuasion not in austen.train
+    assert all(len(doc) > 400_000 for doc in austen.train)
+    assert "Persuasion" in persuasion[:100]
+
+
+def test_austen_other_novel_and_bad_name():
+    emma = D.load_corpus("austen", val_doc="Emma")
+    assert emma.val[0].startswith("EMMA") and len(emma.train) == 5
+    with pytest.raises(ValueError, match="not one of Austen's novels: emma, mansfieldpark"):
+        D.load_corpus("austen", val_doc="ulysses")
+    with pytest.raises(ValidationError, match="ulysses"):
+        D.LMDataConfig(val_doc="ulysses")
+
+
+def test_embedded_corpus_ships_with_its_provenance():
+    files = sorted(p.name for p in D.AUSTEN_DIR.iterdir())
+    assert files == ["PROVENANCE.md", *(f"{n}.txt.gz" for n in D.AUSTEN_NOVELS)]
+    assert "Persuasion" in (D.AUSTEN_DIR / "PROVENANCE.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer
+
+
+def test_bpe_round_trip(austen, bpe512):
+    samples = [austen.val[0][:20_000], austen.train[2][-5000:], *TEXTS, "", " ", "\n\n\n", "\t \t",
+               "a  b   c    d", "ſ ﬁ ẞ \u200b zero-width, \U0001F600 and \x01 control", D.EOT + " literal EOT text"]
+    for text in samples:
+        ids, _ = D.encode_documents(bpe512, [text], D.eot_id(bpe512))
+        assert ids[-1] == 0 and 0 not in ids[:-1]      # only the boundary we add is EOT
+        assert bpe512.decode(list(ids[:-1])) == text
+
+
+def test_bpe_is_deterministic_and_survives_json(tmp_path, austen, bpe512):
+    texts = [austen.train[1][:100_000], austen.train[3][:100_000]]
+    first, second = D.train_bpe(texts, 512), D.train_bpe(texts, 512)
+    assert D.tokenizer_json(first) == D.tokenizer_json(second)
+    assert D.tokenizer_fingerprint(first) == D.tokenizer_fingerprint(second)
+    assert first.get_vocab_size() == 512 and D.eot_id(first) == 0
+    (tmp_path / "tok.json").write_text(D.tokenizer_json(bpe512))
+    loaded = D.load_tokenizer(tmp_path / "tok.json")
+    assert D.tokenizer_fingerprint(loaded) == D.tokenizer_fingerprint(bpe512)
+    assert loaded.encode(texts[0][:3000]).ids == bpe512.encode(texts[0][:3000]).ids
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(D.CorpusError, match="bad.json: not a tokenizer JSON file"):
+        D.load_tokenizer(tmp_path / "bad.json")
+
+
+def test_chunked_encoding_equals_whole_encoding(austen, bpe512):
+    # Awkward line breaks included: the cut must never fall inside a whitespace run.
+    text = austen.val[0][:60_000] + "\n\n  x\n \ny\n\t\nz\n" * 50 + austen.train[0][:20_000]
+    whole = bpe512.encode(text).ids
+    pieces = list(D._chunks(text, 500))
+    assert len(pieces) > 50 and "".join(pieces) == text
+    chunked, n_bytes = D.encode_documents(bpe512, [text], 0, chunk_chars=500)
+    assert list(chunked[:-1]) == whole and n_bytes == len(text.encode())
+
+
+# ---------------------------------------------------------------------------------------------
+# Token streams and their cache
+
+
+def test_token_streams_cached_by_corpus_and_tokenizer(tmp_path, monkeypatch, austen):
+    # The one full-size run: the 8192 BPE on five novels, then every token.
+    tok = D.cached_bpe(austen, 8192, tmp_path)
+    assert tok.get_vocab_size() == 8192
+    streams = D.token_streams(austen, tok, tmp_path)
+    assert not streams.from_cache
+    assert streams.train.dtype == np.uint16 and streams.train.ndim == 1
+    assert int((streams.train == streams.eot_id).sum()) == 5 and int((streams.val == streams.eot_id).sum()) == 1
+    assert streams.val[-1] == streams.eot_id
+    assert streams.train_bytes == sum(len(d.encode()) for d in austen.train)
+    assert streams.val_bytes == len(_persuasion().encode())
+    assert 3.5 < streams.bytes_per_token("val") < 4.5
+    assert tok.decode(streams.val[:-1].tolist()) == austen.val[0]
+
+    # Second time round nothing is trained or tokenized again.
+    def boom(*args, **kwargs):
+        raise AssertionError("recomputed instead of reading the cache")
+
+    monkeypatch.setattr(D, "train_bpe", boom)
+    monkeypatch.setattr(D, "encode_documents", boom)
+    again = D.token_streams(austen, D.cached_bpe(austen, 8192, tmp_path), tmp_path)
+    assert again.from_cache and again.path == streams.path
+    assert np.array_equal(again.train, streams.train) and np.array_equal(again.val, streams.val)
+    meta = json.loads((streams.path / "meta.json").read_text())
+    assert meta["val_tokens"] == streams.val.size and meta["val_bytes"] == streams.val_bytes
+    # Only finished entries are visible: no temporary folder or file is left behind.
+    assert not [p for p in tmp_path.rglob(".*") if not p.name.endswith(".lock")]
+
+
+def test_cache_key_follows_content(tmp_path, bpe512):
+    a = D._corpus("x", ["one document\n"], ["held out\n"], "")
+    b = D._corpus("y", ["one document\n"], ["held out\n"], "")          # same text, other name
+    c = D._corpus("x", ["one document\n", "held out\n"], [], "")        # same text, other split
+    assert a.fingerprint == b.fingerprint != c.fingerprint
+    assert D.token_streams(a, bpe512, tmp_path).key == D.token_streams(b, bpe512, tmp_path).key
+
+
+def test_prepare_on_a_local_corpus(tmp_path):
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": f"Sentence number {i}.\n"}) + "\n"
+                                              for i in range(60)))
+    data = D.prepare(D.LMDataConfig(corpus=str(tmp_path / "c.jsonl"), vocab_size=300), tmp_path / "cache")
+    assert len(data.corpus.train) == 57 and len(data.corpus.val) == 3
+    assert data.streams.val_bytes == sum(len(t) for t in data.corpus.val)
+    assert (tmp_path / "cache" / "tokenizers").is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bits per byte, paths, imports
+
+
+def test_bits_per_byte_known_case():
+    # ln 2 nats per token = 1 bit per token; 4 bytes per token → 0.25 bit per byte.
+    assert D.bits_per_byte(math.log(2), 1000, 4000) == pytest.approx(0.25)
+    # A uniform guess over 256 byte-tokens, one byte each: 8 bits per byte.
+    assert D.bits_per_byte(math.log(256), 10, 10) == pytest.approx(8.0)
+    with pytest.raises(ValueError):
+        D.bits_per_byte(1.0, 10, 0)
+
+
+def test_default_cache_dir_follows_emalab_home(tmp_path, monkeypatch):
+    from jobs.rundir import emalab_home as jobs_home
+
+    from ema_core.paths import emalab_home
+
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
+    assert D.default_cache_dir() == tmp_path / "cache"
+    monkeypatch.delenv("EMALAB_HOME")
+    assert emalab_home() == jobs_home()
+
+
+def test_data_module_imports_light():
+    code = ("import sys, ema_core.lm.data; "
+            "bad = [m for m in ('streamlit', 'duckdb', 'jobs', 'datasets', 'torch') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
