@@ -27,6 +27,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import socket
 import tempfile
 import time
@@ -41,6 +42,7 @@ STATES = ("queued", "running", "done", "failed", "cancelled", "crashed")
 FINAL_STATES = ("done", "failed", "cancelled", "crashed")
 RESUMABLE_STATES = ("failed", "cancelled", "crashed")
 KEEP_CHECKPOINTS = 2
+ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 class StorageError(RuntimeError):
@@ -269,6 +271,15 @@ class RunDir:
         for _, old in self.checkpoints()[:-KEEP_CHECKPOINTS]:
             with contextlib.suppress(OSError):
                 old.unlink()
+        return path
+
+    def save_artifact(self, name: str, data: bytes) -> Path:
+        """A file the run produced besides its results (its tokenizer, ...), under ``artifacts/``, atomically."""
+        if not ARTIFACT_NAME.fullmatch(name or ""):
+            raise ValueError(f"artifact name must be a plain file name (letters, digits, . _ -), got {name!r}")
+        path = self.path / "artifacts" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, data)
         return path
 
     def load_checkpoint(self, path: Path) -> dict:

@@ -76,6 +76,9 @@ class RunDirReporter:
     def load_checkpoint(self) -> tuple[int, dict] | None:
         return self.rd.latest_checkpoint()
 
+    def save_artifact(self, name: str, data: bytes) -> None:
+        self.rd.save_artifact(name, data)
+
     # -- writing -----------------------------------------------------------------------------------
     def _maybe_flush(self) -> None:
         if time.monotonic() - self.last_write >= self.min_interval:

@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ema_core.experiments import dilution_sweep, structure
+from ema_core.experiments import dilution_sweep, lm, structure
 from ema_core.experiments.protocol import Cancelled, Experiment, NullReporter, Reporter
 
 # A small explicit map: a kind not listed here is rejected when its config is built.
-REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT)}
+REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT, lm.EXPERIMENT)}
 
 __all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "build_config",
            "config_error", "get_experiment"]

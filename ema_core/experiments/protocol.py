@@ -39,6 +39,9 @@ class Reporter(Protocol):
     def load_checkpoint(self) -> tuple[int, dict] | None:
         """The newest checkpoint as ``(step, state)``, or None for a fresh start."""
 
+    def save_artifact(self, name: str, data: bytes) -> None:
+        """Keep a file the run produced (a tokenizer, ...) with the run; ``name`` is a plain file name."""
+
 
 @dataclass(frozen=True)
 class Experiment:
@@ -64,6 +67,7 @@ class NullReporter:
     fraction: float = 0.0
     message: str | None = None
     checkpoints_saved: int = 0
+    artifacts: dict[str, bytes] = field(default_factory=dict)
     _checkpoint: tuple[int, bytes] | None = None
     _started: float = field(default_factory=time.monotonic)
 
@@ -86,6 +90,9 @@ class NullReporter:
         torch.save(state, buf)
         self._checkpoint = (int(step), buf.getvalue())
         self.checkpoints_saved += 1
+
+    def save_artifact(self, name: str, data: bytes) -> None:
+        self.artifacts[str(name)] = bytes(data)
 
     def load_checkpoint(self) -> tuple[int, dict] | None:
         if self._checkpoint is None:

@@ -1,0 +1,262 @@
+"""Training and evaluation of the language models (SPEN, GPT): one loop for both, CPU or GPU, one or many processes.
+
+* AdamW (weight decay on matrices only), linear warm-up then cosine decay to ``min_lr_frac``·lr,
+  gradient clipping by global norm, bf16 autocast on CUDA (weights and optimiser stay float32).
+* Batches are a pure function of (seed, rank, step): each step draws ``batch`` windows of
+  ``seq_len + 1`` tokens from the training stream with a generator seeded from those three numbers.
+  A checkpoint therefore needs no data-loader state — the step is the position — and a resumed run
+  draws exactly the batches the uninterrupted one would have.
+* Evaluation: the held-out stream cut into consecutive windows of ``seq_len + 1`` tokens (each
+  window starts with an empty context, for SPEN and GPT alike), mean cross-entropy per predicted
+  token in nats; perplexity = e^loss; bits per byte = loss · tokens / (bytes · ln 2), where bytes are
+  the UTF-8 bytes of exactly the predicted tokens — comparable across tokenizers.
+* Many processes: under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in
+  ``DistributedDataParallel``; each rank draws its own ``batch`` windows (the global batch is
+  ``batch × world``), gradients are averaged by DDP, and rank 0 alone evaluates, logs and
+  checkpoints.  The CPU test runs two processes over gloo.
+
+A run is bit-identical when resumed on CPU from any checkpoint, given the same thread count
+(``torch.use_deterministic_algorithms`` is on while training).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ema_core.experiments.protocol import Cancelled, NullReporter, Reporter
+
+CHECKPOINT_FORMAT = 1
+
+
+class TrainConfig(BaseModel):
+    """The optimisation of one language model; the seed is passed beside it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(1000, ge=1, le=10_000_000, description="optimiser steps")
+    batch: int = Field(16, ge=1, le=65_536, description="sequences per step (per process under DDP)")
+    seq_len: int = Field(256, ge=2, le=131_072, description="tokens per training sequence (and per eval window)")
+    lr: float = Field(3e-3, gt=0.0, le=10.0, description="peak learning rate")
+    min_lr_frac: float = Field(0.1, ge=0.0, le=1.0, description="the cosine ends at this fraction of lr")
+    warmup: int = Field(100, ge=0, le=10_000_000, description="steps of linear warm-up")
+    weight_decay: float = Field(0.1, ge=0.0, le=10.0, description="AdamW decay on weight matrices")
+    beta2: float = Field(0.95, gt=0.0, lt=1.0, description="AdamW β2 (β1 = 0.9)")
+    grad_clip: float = Field(1.0, ge=0.0, le=1e6, description="max global gradient norm (0: no clipping)")
+    eval_every: int = Field(100, ge=1, le=10_000_000, description="steps between validation evaluations")
+    eval_tokens: int = Field(32_768, ge=1, le=10**10, description="validation tokens per periodic evaluation")
+    final_eval_tokens: int = Field(0, ge=0, le=10**10, description="validation tokens at the end (0: all of them)")
+    log_every: int = Field(10, ge=1, le=10_000_000, description="steps between logged training losses")
+    checkpoint_every: int = Field(200, ge=1, le=10_000_000, description="steps between checkpoints")
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> "TrainConfig":
+        if self.warmup > self.steps:
+            raise ValueError(f"warmup ({self.warmup}) is longer than the run ({self.steps} steps)")
+        return self
+
+
+@dataclass
+class Streams:
+    """Token ids of the training and held-out text, and how to count the bytes of held-out tokens."""
+
+    train: np.ndarray  # (N,) ints
+    val: np.ndarray  # (M,) ints
+    val_bytes: Callable[[np.ndarray], int]  # UTF-8 bytes of the text these val tokens spell
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for optimiser step ``step`` (0-based): linear warm-up, then cosine to min_lr_frac·lr."""
+    if cfg.warmup and step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    span = max(1, cfg.steps - cfg.warmup)
+    progress = min(1.0, (step - cfg.warmup) / span)
+    floor = cfg.lr * cfg.min_lr_frac
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def batch_at(train: torch.Tensor, step: int, cfg: TrainConfig, seed: int, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y), each (batch, seq_len): windows drawn by a generator seeded from (seed, rank, step)."""
+    n = train.numel() - cfg.seq_len - 1
+    if n < 1:
+        raise ValueError(f"the training stream ({train.numel()} tokens) is shorter than seq_len + 1 ({cfg.seq_len + 1})")
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence((seed, rank, step)).generate_state(1)[0]))
+    starts = torch.randint(0, n + 1, (cfg.batch,), generator=g)  # (B,)
+    idx = starts[:, None] + torch.arange(cfg.seq_len + 1)  # (B, T + 1)
+    w = train[idx]
+    return w[:, :-1], w[:, 1:]
+
+
+def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    # Decay the matrices (embeddings, projections); not biases, norm gains or other vectors.
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), eps=1e-8)
+
+
+def _autocast(device: torch.device):
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens: int = 0, batch: int = 16,
+             device: torch.device | str = "cpu") -> dict[str, float]:
+    """Mean loss (nats per token), perplexity and bits per byte over the first ``max_tokens`` held-out tokens (0: all)."""
+    device = torch.device(device)
+    val = torch.as_tensor(np.asarray(streams.val, dtype=np.int64))
+    n_windows = (val.numel() - 1) // seq_len
+    if max_tokens:
+        n_windows = min(n_windows, max(1, max_tokens // seq_len))
+    if n_windows < 1:
+        raise ValueError(f"the held-out stream ({val.numel()} tokens) is shorter than seq_len + 1 ({seq_len + 1})")
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for w0 in range(0, n_windows, batch):
+            w = torch.arange(w0, min(n_windows, w0 + batch))
+            idx = w[:, None] * seq_len + torch.arange(seq_len + 1)  # (b, T + 1)
+            chunk = val[idx].to(device)
+            with _autocast(device):
+                logits = model(chunk[:, :-1])  # (b, T, V)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
+            total += float(loss)
+            count += chunk[:, 1:].numel()
+    finally:
+        model.train(was_training)
+    targets = np.asarray(streams.val[1: 1 + n_windows * seq_len])  # exactly the predicted tokens
+    n_bytes = streams.val_bytes(targets)
+    loss = total / count
+    return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "bpb": loss * count / (max(n_bytes, 1) * math.log(2)),
+            "tokens": count, "bytes": n_bytes}
+
+
+def _dist() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: int,
+             reporter: Reporter | None = None, *, device: torch.device | str = "cpu",
+             extra_state: dict | None = None) -> dict:
+    """Train ``model`` in place; returns the final evaluation and the run's figures.
+
+    ``reporter`` receives ``train/loss`` and ``train/lr`` every ``log_every`` steps, ``val/loss``,
+    ``val/ppl`` and ``val/bpb`` every ``eval_every`` steps (rank 0 only), progress, and checkpoints;
+    ``should_stop()`` is polled every step (a checkpoint is written, then :class:`Cancelled` raised).
+    ``extra_state`` is stored in every checkpoint and must equal the stored one on resume (the caller's
+    identity of the run: its config).
+    """
+    reporter = reporter or NullReporter()
+    device = torch.device(device)
+    rank, world = _dist()
+    main = rank == 0
+    model.to(device)
+    net = model
+    if world > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = _optimizer(model, cfg)
+    train = torch.as_tensor(np.asarray(streams.train, dtype=np.int64))
+    extra_state = extra_state or {}
+
+    start, curve, tokens_done, train_seconds = 0, [], 0, 0.0
+    ckpt = reporter.load_checkpoint() if main or world == 1 else None
+    if world > 1:  # every rank resumes from rank 0's checkpoint
+        holder = [ckpt]
+        torch.distributed.broadcast_object_list(holder, src=0)
+        ckpt = holder[0]
+    if ckpt is not None:
+        _, state = ckpt
+        _check_checkpoint(state, extra_state)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        start, curve = int(state["step"]), list(state["curve"])
+        tokens_done, train_seconds = int(state["tokens"]), float(state["train_seconds"])
+
+    def checkpoint(step: int) -> None:
+        if main:
+            reporter.save_checkpoint(step, {
+                "format": CHECKPOINT_FORMAT, "step": step, "model": model.state_dict(), "optim": opt.state_dict(),
+                "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds, **extra_state,
+            })
+
+    def stop_requested() -> bool:
+        flag = torch.tensor([1 if (main and reporter.should_stop()) else 0])
+        if world > 1:
+            torch.distributed.all_reduce(flag)  # every rank stops at the same step
+        return bool(flag.item())
+
+    net.train()
+    for step in range(start, cfg.steps):
+        if stop_requested():
+            checkpoint(step)
+            raise Cancelled(step)
+        t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        x, y = batch_at(train, step, cfg, seed, rank)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with _autocast(device):
+            logits = net(x)  # (B, T, V)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        train_seconds += time.perf_counter() - t0
+        tokens_done += x.numel() * world
+        done = step + 1
+        loss_value = loss.item()
+        if main and (done % cfg.log_every == 0 or done == cfg.steps):
+            reporter.log(done, {"train/loss": loss_value, "train/lr": lr_at(step, cfg)})
+        if main and (done % cfg.eval_every == 0 or done == cfg.steps):
+            ev = evaluate(model, streams, cfg.seq_len, cfg.eval_tokens, device=device)
+            curve.append({"step": done, "tokens": tokens_done, **{k: ev[k] for k in ("loss", "ppl", "bpb")}})
+            reporter.log(done, {"val/loss": ev["loss"], "val/ppl": ev["ppl"], "val/bpb": ev["bpb"]})
+        if main:
+            reporter.progress(done / cfg.steps, f"step {done}/{cfg.steps} · loss {loss_value:.3f}")
+        if done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            checkpoint(done)
+    final = evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device) if main else {}
+    return {"final": final, "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds,
+            "tokens_per_s": tokens_done / train_seconds if train_seconds > 0 else float("nan")}
+
+
+def _check_checkpoint(state: dict, extra_state: dict) -> None:
+    missing = {"format", "step", "model", "optim", "curve", "tokens", "train_seconds", *extra_state} - set(state)
+    if missing:
+        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a language-model checkpoint of this run")
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
+    for key, value in extra_state.items():
+        if state[key] != value:
+            raise ValueError(f"checkpoint was written for another {key}")
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """Join the process group torchrun set up (gloo on CPU, nccl on GPU); (rank, world, device)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        torch.distributed.init_process_group("nccl")
+        return torch.distributed.get_rank(), world, torch.device("cuda", local)
+    torch.distributed.init_process_group("gloo")
+    return torch.distributed.get_rank(), world, torch.device("cpu")

@@ -1,0 +1,153 @@
+"""The language-model training loop and the `lm` experiment: schedule, batches, evaluation, resume."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
+from ema_core.lm.presets import build_model
+from ema_core.lm.train import Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
+
+V = 64
+# A small model of each kind: the tiny preset narrowed further, so a test trains in seconds.
+SMALL = dict(d_model=32, n_layers=2, n_heads=2, d_ff=96)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _streams(n_train=20_000, n_val=2_000, seed=0) -> Streams:
+    # A learnable stream: a noisy cycle through the vocabulary, so the loss can fall well below ln V.
+    rng = np.random.default_rng(seed)
+
+    def make(n):
+        base = np.arange(n) % V
+        noise = rng.random(n) < 0.1
+        return np.where(noise, rng.integers(0, V, n), base).astype(np.int64)
+
+    return Streams(train=make(n_train), val=make(n_val), val_bytes=lambda ids: 3 * len(ids))
+
+
+def _model(kind="spen", **kw):
+    return build_model(kind, "tiny", vocab_size=V, seq_len=64, seed=0, **{**SMALL, **kw} if kind == "spen" else SMALL)
+
+
+def _cfg(**kw) -> TrainConfig:
+    return TrainConfig(**{**dict(steps=40, batch=4, seq_len=32, lr=1e-2, warmup=5, eval_every=20, eval_tokens=512,
+                                 log_every=5, checkpoint_every=10), **kw})
+
+
+def test_learning_rate_warms_up_then_follows_the_cosine():
+    cfg = TrainConfig(steps=110, warmup=10, lr=1.0, min_lr_frac=0.1)
+    assert lr_at(0, cfg) == pytest.approx(0.1)
+    assert lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0)
+    assert lr_at(60, cfg) == pytest.approx(0.55)  # halfway down the cosine
+    assert lr_at(110, cfg) == pytest.approx(0.1)
+    lrs = [lr_at(s, cfg) for s in range(10, 110)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    with pytest.raises(ValueError, match="warmup"):
+        TrainConfig(steps=5, warmup=10)
+
+
+def test_batches_are_a_function_of_seed_rank_and_step():
+    train = torch.arange(1000)
+    cfg = _cfg(batch=3, seq_len=8)
+    x, y = batch_at(train, 7, cfg, seed=1)
+    assert x.shape == y.shape == (3, 8)
+    assert torch.equal(y[:, :-1], x[:, 1:])  # targets are the inputs shifted by one
+    assert torch.equal(batch_at(train, 7, cfg, seed=1)[0], x)
+    assert not torch.equal(batch_at(train, 8, cfg, seed=1)[0], x)
+    assert not torch.equal(batch_at(train, 7, cfg, seed=1, rank=1)[0], x)
+    with pytest.raises(ValueError, match="shorter than seq_len"):
+        batch_at(torch.arange(5), 0, cfg, seed=0)
+
+
+class _Uniform(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, idx):
+        return torch.zeros(*idx.shape, V) + self.w
+
+
+def test_evaluation_of_a_uniform_model_is_ln_v_and_bits_per_byte_counts_bytes():
+    s = _streams(n_val=1001)
+    ev = evaluate(_Uniform(), s, seq_len=100)
+    assert ev["tokens"] == 1000
+    assert ev["loss"] == pytest.approx(math.log(V))
+    assert ev["ppl"] == pytest.approx(V)
+    assert ev["bpb"] == pytest.approx(math.log(V) / (3 * math.log(2)))  # 3 bytes per token here
+    assert evaluate(_Uniform(), s, seq_len=100, max_tokens=300)["tokens"] == 300
+
+
+@pytest.mark.parametrize("kind", ["spen", "gpt"])
+def test_training_lowers_the_held_out_loss(kind):
+    model, s = _model(kind), _streams()
+    before = evaluate(model, s, 32)["loss"]
+    rep = NullReporter()
+    out = train_lm(model, s, _cfg(steps=60), seed=0, reporter=rep)
+    assert out["final"]["loss"] < before - 1.0
+    assert [c["step"] for c in out["curve"]] == [20, 40, 60]
+    keys = {k for _, m in rep.events for k in m}
+    assert {"train/loss", "train/lr", "val/loss", "val/ppl", "val/bpb"} <= keys
+    assert out["tokens"] == 60 * 4 * 32 and out["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("kind", ["spen", "gpt"])
+def test_checkpoint_and_resume_is_bit_identical(kind):
+    s, cfg = _streams(), _cfg()
+    straight = _model(kind)
+    ref = train_lm(straight, s, cfg, seed=3)
+    rep = NullReporter(stop_after_checkpoints=2)  # stops at step 20
+    resumed = _model(kind)
+    with pytest.raises(Cancelled) as info:
+        train_lm(resumed, s, cfg, seed=3, reporter=rep, extra_state={"config": "a"})
+    assert info.value.step == 20
+    rep.stop_after_checkpoints = None
+    fresh = _model(kind)  # a new process would start from a fresh model and load the checkpoint
+    out = train_lm(fresh, s, cfg, seed=3, reporter=rep, extra_state={"config": "a"})
+    for (name, a), (_, b) in zip(straight.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert out["final"]["loss"] == ref["final"]["loss"]
+    assert out["curve"] == ref["curve"]
+    with pytest.raises(ValueError, match="another config"):
+        train_lm(_model(kind), s, cfg, seed=3, reporter=rep, extra_state={"config": "b"})
+
+
+def test_lm_config_errors_are_named():
+    with pytest.raises(ValueError, match="model must be one of"):
+        build_config("lm", overrides={"model": "mamba"})
+    with pytest.raises(ValueError, match="needs an attention predictor"):
+        build_config("lm", overrides={"predictor": "linear", "attn_input": "sequence"})
+    with pytest.raises(ValueError, match="val_doc|persuasion|novel"):
+        build_config("lm", overrides={"val_doc": "ulysses"})
+    cfg = build_config("lm", preset="tiny", overrides={"predictor": "softmax_attention", "attn_input": "tokens"})
+    assert cfg.size == "tiny"
+
+
+def test_lm_experiment_on_austen(tmp_path, monkeypatch):
+    # The whole path on the embedded corpus, a few steps: data, tokenizer artifact, model, result.
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
+    cfg = build_config("lm", preset="tiny", overrides=dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=3,
+                                                           eval_tokens=256, final_eval_tokens=2048, vocab_size=512))
+    rep = NullReporter()
+    result = REGISTRY["lm"].run(cfg, rep)
+    s = result["summary"]
+    for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):
+        assert key in s, key
+    assert s["model"] == "spen" and s["tokens"] == 6 * 2 * 32 and s["vocab_size"] == 512
+    assert s["val_ppl"] == pytest.approx(math.exp(s["val_loss"]))
+    assert 0 < s["val_bpb"] < 10
+    assert result["tables"]["lm_eval"] == [{"split": "val", "loss": s["val_loss"], "ppl": s["val_ppl"],
+                                            "bpb": s["val_bpb"]}]
+    assert b'"model"' in rep.artifacts["tokenizer.json"]  # the tokenizer travels with the run
