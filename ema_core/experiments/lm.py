@@ -90,6 +90,10 @@ class LMConfig(BaseModel):
 
 
 PRESETS: dict[str, dict] = {
+    # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
+    # (0.6M training tokens, under one pass over the five novels).
+    "quick": dict(size="tiny", vocab_size=4096, seq_len=256, batch=8, steps=300, warmup=30, lr=3e-3,
+                  eval_every=50, eval_tokens=16_384, final_eval_tokens=65_536),
     # Two CPU cores, about ten minutes, to a validation loss that has stopped moving.
     "tiny": dict(size="tiny", vocab_size=4096, seq_len=256, batch=8, steps=1200, warmup=100, lr=3e-3,
                  eval_every=100, eval_tokens=16_384),
