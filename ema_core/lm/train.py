@@ -232,9 +232,21 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
             reporter.progress(done / cfg.steps, f"step {done}/{cfg.steps} · loss {loss_value:.3f}")
         if done % cfg.checkpoint_every == 0 and done < cfg.steps:
             checkpoint(done)
+    if world > 1:
+        _check_ranks_agree(model)
     final = evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device) if main else {}
     return {"final": final, "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds,
             "tokens_per_s": tokens_done / train_seconds if train_seconds > 0 else float("nan")}
+
+
+def _check_ranks_agree(model: torch.nn.Module) -> None:
+    """DDP keeps replicas equal by construction; a cheap fingerprint checks it did, on every rank."""
+    with torch.no_grad():
+        fp = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1).cpu()
+    prints = [torch.zeros(1, dtype=torch.float64) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(prints, fp)
+    if any(not torch.equal(p, prints[0]) for p in prints):
+        raise RuntimeError(f"the DDP replicas diverged: parameter fingerprints {[float(p) for p in prints]}")
 
 
 def _check_checkpoint(state: dict, extra_state: dict) -> None:
@@ -254,6 +266,9 @@ def init_distributed() -> tuple[int, int, torch.device]:
     if world <= 1:
         return 0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu")
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.distributed.is_initialized():  # the launcher joined already (jobs.ddp)
+        device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+        return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
     if torch.cuda.is_available():
         torch.cuda.set_device(local)
         torch.distributed.init_process_group("nccl")
