@@ -151,3 +151,27 @@ def test_lm_experiment_on_austen(tmp_path, monkeypatch):
     assert result["tables"]["lm_eval"] == [{"split": "val", "loss": s["val_loss"], "ppl": s["val_ppl"],
                                             "bpb": s["val_bpb"]}]
     assert b'"model"' in rep.artifacts["tokenizer.json"]  # the tokenizer travels with the run
+
+
+@pytest.mark.parametrize("model", ["spen", "gpt"])
+def test_lm_on_the_command_line(tmp_path, model):
+    # The command with the tiny preset, shortened to a few steps: every promised key.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sets = dict(model=model, steps=4, batch=2, warmup=1, eval_every=2, eval_tokens=512, final_eval_tokens=2048)
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "lm", "--preset", "tiny", *args, "--json"],
+                          cwd=root, env={**os.environ, "EMALAB_HOME": str(tmp_path / "home")},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)
+    for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):
+        assert key in record, key
+    assert record["model"] == model and record["tokens"] == 4 * 2 * 256 and record["ingested"] is True
+    assert record["params"] == pytest.approx(1_378_560, rel=0.05)  # the tiny preset, SPEN and GPT alike
+    assert (tmp_path / "home" / "runs" / record["run_id"] / "artifacts" / "tokenizer.json").exists()
