@@ -131,6 +131,8 @@ def test_lm_config_errors_are_named():
         build_config("lm", overrides={"predictor": "linear", "attn_input": "sequence"})
     with pytest.raises(ValueError, match="val_doc|persuasion|novel"):
         build_config("lm", overrides={"val_doc": "ulysses"})
+    with pytest.raises(ValueError, match="no such file or folder"):
+        build_config("lm", overrides={"corpus": "./no/such/corpus.txt"})
     cfg = build_config("lm", preset="tiny", overrides={"predictor": "softmax_attention", "attn_input": "tokens"})
     assert cfg.size == "tiny"
 

@@ -121,6 +121,9 @@ class LMDataConfig(BaseModel):
     def _austen_novel(self) -> LMDataConfig:
         if self.corpus == "austen":
             _check_val_doc(self.val_doc)
+        elif _looks_like_path(self.corpus) and not Path(self.corpus).expanduser().exists():
+            # Checked when the config is built, so `emalab run` refuses it before a run folder exists.
+            raise ValueError(f"corpus {self.corpus!r}: no such file or folder")
         return self
 
 
