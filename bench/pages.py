@@ -226,6 +226,7 @@ PAGES: dict[str, tuple[str | None, dict]] = {
     "overview_after_restart": (None, {}),
     "dilution": ("pages/dilution.py", {}),
     "structure": ("pages/structure.py", {}),
+    "content": ("pages/content.py", {}),
     "jobs": ("pages/jobs.py", {}),
     "export": ("pages/export.py", {}),
     "export_dilution_accuracy": ("pages/export.py", {"export_table": "dilution_accuracy"}),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import vl_convert
 
@@ -270,6 +271,190 @@ def probe_control_chart(frame: pd.DataFrame) -> alt.LayerChart:
         width=WIDTH, height=HEIGHT,
         title=alt.Title("Probe controls", subtitle="overall accuracy, test split; selectivity = trained − control task"),
     )
+
+
+# -- content (PAPER.md §3) ---------------------------------------------------------------------------
+
+# Every language-model variant (model, predictor, attention input) in the order the page lists them,
+# with its label and a colour that stays the same whatever else is shown.  A GPT carries the
+# predictor and input of the SPEN it was sized to; the launch form's GPT is sized to SPEN linear.
+LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("gpt", "linear", "state"): ("GPT", "#333333"),
+    ("spen", "linear", "state"): ("SPEN linear", "#4c78a8"),
+    ("spen", "linear_attention", "state"): ("SPEN linear attention (state)", "#f58518"),
+    ("spen", "linear_attention", "sequence"): ("SPEN linear attention (sequence)", "#ffbf79"),
+    ("spen", "linear_attention", "tokens"): ("SPEN linear attention (tokens)", "#e45756"),
+    ("spen", "softmax_attention", "state"): ("SPEN softmax attention (state)", "#54a24b"),
+    ("spen", "softmax_attention", "sequence"): ("SPEN softmax attention (sequence)", "#9be28f"),
+    ("spen", "softmax_attention", "tokens"): ("SPEN softmax attention (tokens)", "#b279a2"),
+}
+OTHER_VARIANT_COLOR = "#9d755d"
+PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
+                    "softmax_attention": "softmax attention"}
+# What an attention predictor reads; colours of the ablation chart.
+ATTN_INPUTS = {"state": ("current trace state", "#4c78a8"), "sequence": ("past trace states", "#f58518"),
+               "tokens": ("raw tokens (control)", "#e45756")}
+# Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
+SMOOTHING = {"none": 0.0, "EMA 0.6": 0.6, "EMA 0.9": 0.9}
+
+
+def lm_variant_label(model: str, predictor: str | None, attn_input: str | None) -> str:
+    """``"GPT"``, ``"SPEN linear"``, ``"SPEN softmax attention (tokens)"``; a GPT sized to another
+    SPEN than the linear one says which."""
+    def text(v, default: str) -> str:  # a missing field (None, or NaN from a frame) reads as its default
+        return default if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    model, predictor, attn_input = text(model, "?"), text(predictor, "linear"), text(attn_input, "state")
+    if (model, predictor, attn_input) in LM_VARIANTS:
+        return LM_VARIANTS[(model, predictor, attn_input)][0]
+    if model == "gpt":
+        return f"GPT (sized to {lm_variant_label('spen', predictor, attn_input)})"
+    return f"{model.upper()} {PREDICTOR_LABELS.get(predictor, predictor)} ({attn_input})"
+
+
+def _variant_scale(labels) -> alt.Scale:
+    """Colours of the variants present, in the canonical order of ``LM_VARIANTS``."""
+    known = {label: color for label, color in LM_VARIANTS.values()}
+    present = set(labels)
+    domain = [label for label, _ in LM_VARIANTS.values() if label in present]
+    domain += sorted(present - set(domain))
+    return alt.Scale(domain=domain, range=[known.get(v, OTHER_VARIANT_COLOR) for v in domain])
+
+
+def smooth_ema(values, weight: float) -> np.ndarray:
+    """``s_0 = v_0, s_t = w·s_{t−1} + (1 − w)·v_t``: TensorBoard's smoothing, without its debiasing
+    (the first point starts the average, so no early bias needs correcting); ``w = 0`` returns the
+    values.  NaNs are skipped: they neither show nor move the average.
+
+    >>> smooth_ema([1.0, 0.0, 0.0], 0.5).tolist()
+    [1.0, 0.5, 0.25]
+    """
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
+    v = np.asarray(values, dtype=float)
+    out = v.copy()
+    s = None
+    for t, x in enumerate(v):
+        if np.isnan(x):
+            continue
+        s = x if s is None else weight * s + (1.0 - weight) * x
+        out[t] = s
+    return out
+
+
+def lm_curve_frame(curves: pd.DataFrame, weight: float = 0.0) -> pd.DataFrame:
+    """The curve chart's rows from ``store.queries.lm_curves``: every run smoothed (weight ``weight``
+    of :func:`smooth_ema`), then averaged across seeds per variant and step.
+
+    Columns: variant, line ("mean", or the run id of a seed's own line), seed, step, tokens, value,
+    std (across seeds, mean rows only), n.  Variants in the order of ``LM_VARIANTS``.
+    """
+    cols = ["variant", "line", "seed", "step", "tokens", "value", "std", "n"]
+    if curves.empty:
+        return pd.DataFrame(columns=cols)
+    df = curves.sort_values(["run_id", "step"]).copy()
+    df["variant"] = [lm_variant_label(*k) for k in zip(df["model"], df["predictor"], df["attn_input"])]
+    df["value"] = df.groupby("run_id", sort=False)["value"].transform(lambda v: smooth_ema(v.to_numpy(), weight))
+    seeds = df.assign(line=df["run_id"], std=np.nan, n=1)[cols]
+    means = (df.groupby(["variant", "step"], sort=False)
+             .agg(tokens=("tokens", "mean"), value=("value", "mean"), std=("value", "std"), n=("value", "count"))
+             .reset_index().assign(line="mean", seed=np.nan))[cols]
+    out = pd.concat([means, seeds], ignore_index=True)
+    order = {v: i for i, v in enumerate(_variant_scale(out["variant"]).domain)}
+    out["_v"] = out["variant"].map(order)
+    out["_l"] = out["line"] != "mean"
+    out = out.sort_values(["_l", "_v", "line", "step"], kind="stable")
+    return out.drop(columns=["_v", "_l"]).reset_index(drop=True)
+
+
+def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False, log_y: bool = False,
+                   seeds: bool = True, y_title: str = "validation loss (nats/token)",
+                   subtitle: str = "") -> alt.LayerChart:
+    """One line per variant (the mean across seeds), each seed's own line faint behind it."""
+    if x not in ("step", "tokens"):
+        raise ValueError(f"x must be 'step' or 'tokens', got {x!r}")
+    scale = _variant_scale(frame["variant"])
+    x_enc = alt.X(f"{x}:Q", title="optimiser step" if x == "step" else "training tokens",
+                  # nice=False: a log axis would otherwise round out to whole decades and squash the curves.
+                  scale=alt.Scale(type="log", nice=False) if log_x else alt.Scale(zero=False),
+                  axis=alt.Axis(format="~s" if x == "tokens" else "~g", tickMinStep=1))
+    # The log note goes into the subtitle: a longer y title outgrows the plot's height, and Vega then
+    # lifts the chart title out of the drawn area.
+    y_enc = alt.Y("value:Q", title=y_title, axis=alt.Axis(titleLimit=HEIGHT),
+                  scale=alt.Scale(type="log", nice=False) if log_y else alt.Scale(zero=False))
+    color = alt.Color("variant:N", scale=scale, sort=scale.domain, title="variant",
+                      # Stroke symbols at full opacity: the faint seed lines would otherwise set them.
+                      legend=alt.Legend(orient="right", labelLimit=260, symbolType="stroke", symbolStrokeWidth=3,
+                                        symbolOpacity=1))
+    base = alt.Chart().encode(x=x_enc, y=y_enc, color=color)
+    mean = base.transform_filter("datum.line === 'mean'").mark_line(point=True, strokeWidth=2.2).encode(
+        tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("step:Q"), alt.Tooltip("tokens:Q", format=",.0f"),
+                 alt.Tooltip("value:Q", format=".4f", title="mean"),
+                 alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")])
+    layers = [mean]
+    if seeds:
+        layers.insert(0, base.transform_filter("datum.line !== 'mean'").mark_line(strokeWidth=1, opacity=0.3)
+                      .encode(detail="line:N", tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("seed:Q"),
+                                                        alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=".4f")]))
+    sub = subtitle or ("mean across seeds; faint: each seed" if seeds else "mean across seeds")
+    logs = [axis for axis, on in (("x", log_x), ("y", log_y)) if on]
+    sub += f"; log {' and '.join(logs)}" if logs else ""
+    return alt.layer(*layers, data=frame).properties(
+        width=WIDTH + 180, height=HEIGHT, title=alt.Title("Validation curves", subtitle=sub))
+
+
+def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
+    """The ablation chart's rows from ``store.queries.lm_final_stats``: SPEN variants only.
+
+    Columns: predictor, attn_input (labels of ``PREDICTOR_LABELS`` and ``ATTN_INPUTS``), variant,
+    n, mean, std (final validation loss, nats/token).  The linear predictor reads the current state.
+    """
+    spen = stats.loc[stats["model"] == "spen"]
+    return pd.DataFrame({
+        "predictor": spen["predictor"].map(lambda p: PREDICTOR_LABELS.get(p, p)).to_numpy(),
+        "attn_input": spen["attn_input"].map(lambda a: ATTN_INPUTS.get(a, (a,))[0]).to_numpy(),
+        "variant": [lm_variant_label("spen", p, a) for p, a in zip(spen["predictor"], spen["attn_input"])],
+        "n": spen["n"].to_numpy(),
+        "mean": spen["loss_mean"].astype(float).to_numpy(),
+        "std": spen["loss_std"].astype(float).to_numpy(),
+    })
+
+
+def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt.LayerChart:
+    """Final validation loss per predictor and attention input, mean ± std across seeds, with the
+    GPT's loss as a dashed reference."""
+    inputs = [label for label, _ in ATTN_INPUTS.values()]
+    colors = [c for _, c in ATTN_INPUTS.values()]
+    present = [i for i in inputs if i in set(frame["attn_input"])] or inputs
+    data = frame.assign(lo=frame["mean"] - frame["std"], hi=frame["mean"] + frame["std"])
+    base = alt.Chart().encode(
+        x=alt.X("predictor:N", sort=list(PREDICTOR_LABELS.values()), title="SPEN's predictor",
+                axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("attn_input:N", sort=present, scale=alt.Scale(domain=present, paddingInner=0.2)),
+    )
+    points = base.mark_point(filled=True, size=90, opacity=1).encode(
+        y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title="final validation loss (nats/token)"),
+        color=alt.Color("attn_input:N", scale=alt.Scale(domain=inputs, range=colors), sort=inputs,
+                        title="attention reads", legend=alt.Legend(orient="right", labelLimit=200)),
+        tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("mean:Q", format=".4f"),
+                 alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")],
+    )
+    errors = base.transform_filter("isValid(datum.std) && isFinite(datum.std)").mark_rule(
+        strokeWidth=2).encode(y="lo:Q", y2="hi:Q", color="attn_input:N")
+    layers = [alt.layer(errors, points, data=data)]
+    if gpt_loss is not None and math.isfinite(gpt_loss):
+        label = f"GPT {gpt_loss:.3f}"
+        layers.append(
+            alt.Chart(pd.DataFrame({"loss": [gpt_loss], "label": [label]}))
+            .mark_rule(color=LM_VARIANTS[("gpt", "linear", "state")][1], strokeWidth=1.5)
+            .encode(y="loss:Q", strokeDash=alt.StrokeDash(
+                "label:N", scale=alt.Scale(domain=[label], range=[[6, 4]]),
+                legend=alt.Legend(title=None, symbolType="stroke", symbolSize=400, symbolStrokeWidth=2)),
+                tooltip=[alt.Tooltip("label:N", title="reference")]))
+    return alt.layer(*layers).resolve_scale(color="independent", strokeDash="independent").properties(
+        width=WIDTH, height=HEIGHT,
+        title=alt.Title("Predictor ablation",
+                        subtitle="mean ± std across seeds; same traces, only the predictor differs"))
 
 
 def chart_to_svg(chart: alt.TopLevelMixin) -> str:

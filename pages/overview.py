@@ -43,7 +43,7 @@ CLAIMS = [
     ("Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero labels.",
      "abstract, summaries", "pages/structure.py", "Structure"),
     ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, "
-     "and swapping its predictor for attention changes nothing.", "abstract, summaries", None, "Content (not built yet)"),
+     "and swapping its predictor for attention changes nothing.", "abstract, summaries", "pages/content.py", "Content"),
 ]
 for claim, source, page, label in CLAIMS:
     with st.container(border=True):

@@ -10,8 +10,9 @@ from .db import (ForeignStoreError, NotAStoreError, StoreBusy, StoreError, Store
 from .export import EXPORT_TABLES, FORMATS, export_table, exports_dir, mean_std_cells, render_table, table_frame
 from .ingest import ResultError, ingest, record_bench
 from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, dilution_accuracy, final_metrics,
-                      grouped, list_runs, lm_eval, metric_keys, metric_series, probe_accuracy, probe_accuracy_stats,
-                      probe_control, run_detail, store_summary, structure_headlines)
+                      grouped, list_runs, lm_ablation, lm_curves, lm_eval, lm_final_stats, lm_runs, metric_keys,
+                      metric_series, probe_accuracy, probe_accuracy_stats, probe_control, run_detail, store_summary,
+                      structure_headlines)
 from .schema import SCHEMA_VERSION
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError", "bench_figures", "check",
     "config_id", "config_without_seed", "probe_accuracy_stats", "probe_control", "structure_headlines",
     "dilution_accuracy", "export_table", "exports_dir", "final_metrics", "grouped", "ingest", "list_runs",
-    "lm_eval", "mean_std_cells", "metric_keys", "metric_series", "migrate", "migrate_store", "open_store",
+    "lm_ablation", "lm_curves", "lm_eval", "lm_final_stats", "lm_runs", "mean_std_cells", "metric_keys",
+    "metric_series", "migrate", "migrate_store", "open_store",
     "probe_accuracy", "record_bench", "render_table", "run_detail", "store_path", "store_summary", "table_frame",
 ]

@@ -4,7 +4,8 @@ The dilution page renders and follows a slider moved by keyboard; its downloads 
 click; a job launched from the Jobs page is watched, killed (its worker gets SIGKILL), resumed and
 finished, and its table downloaded as LaTeX from the Export page; the Overview's quick reproduction
 starts a job that the Jobs page then lists; a deep link into a fresh server still gets the app's
-router and navigation; the Structure page draws finished structure runs and follows its split switch.
+router and navigation; the Structure page draws finished structure runs and follows its split switch; the
+Content page draws real tiny language-model runs and follows its smoothing and log-axis controls.
 """
 from __future__ import annotations
 
@@ -370,7 +371,7 @@ def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chro
             nav.wait_for(timeout=60_000)
             links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
             titles = [text.strip().split("\n")[-1] for text in links]
-            assert titles == ["Overview", "Trace dilution", "Structure", "Jobs", "Export"], links
+            assert titles == ["Overview", "Trace dilution", "Structure", "Content", "Jobs", "Export"], links
             # app.py's own sidebar text: the router ran.
             assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
             _no_exception(page)
@@ -423,6 +424,49 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "structure_deep.png"))
+        _no_exception(page)
+    finally:
+        page.close()
+
+
+def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_home, chromium_browser):
+    from playwright.sync_api import expect
+
+    from lm_fixture import make_lm_runs
+
+    # Two seeds of GPT, SPEN linear, SPEN softmax attention on the state and on raw tokens: the
+    # experiment itself at tiny sizes, so the browser sees what a real run writes.
+    make_lm_runs(emalab_home, ("gpt", "linear", "softmax_state", "softmax_tokens"), (0, 1), real=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 3400})
+    try:
+        page.goto(app_url + "/")
+        tested = page.get_by_role("link", name="Tested on: Content")
+        tested.wait_for(timeout=60_000)
+        assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "content"
+
+        page.goto(app_url + "/content")
+        page.get_by_role("heading", name="Content", exact=True).wait_for(timeout=60_000)
+        _wait_for_charts(page, 2)  # curves, ablation
+        curves = page.locator(CHARTS).first
+        expect(curves).to_contain_text("Validation curves", timeout=60_000)
+        expect(curves).to_contain_text("SPEN linear")
+        expect(page.locator(CHARTS).nth(1)).to_contain_text("Predictor ablation")
+        page.get_by_text("The paper's numbers beside ours", exact=False).first.wait_for(timeout=60_000)
+        page.locator(".st-key-content_spread_dl_tex").get_by_role("button").wait_for(timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "content.png"))
+        _no_exception(page)
+
+        page.get_by_test_id("stRadioGroup").get_by_text("EMA 0.9", exact=True).click()
+        expect(curves).to_contain_text("smoothed: EMA 0.9", timeout=60_000)
+        page.locator(".st-key-content_log_y").get_by_text("log y", exact=True).click()
+        expect(curves).to_contain_text("smoothed: EMA 0.9; log y", timeout=60_000)
+        _wait_for_charts(page, 2)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_timeout(1500)  # vega draws the title after the marks: let the redraw finish
+        page.screenshot(path=str(SHOTS / "content_smoothed_log.png"))
         _no_exception(page)
     finally:
         page.close()

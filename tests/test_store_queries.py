@@ -333,3 +333,127 @@ def test_config_id_ignores_the_seed():
     assert a == queries.config_id("structure", {"n": 1, "seed": 7}) and len(a) == 8
     assert a != queries.config_id("structure", {"n": 2, "seed": 0})
     assert a != queries.config_id("probe", {"n": 1, "seed": 0})
+
+
+# -- the content experiment ---------------------------------------------------------------------------
+
+def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps=4, curve=()):
+    config = {"model": model, "predictor": predictor, "attn_input": attn_input, "size": "tiny", "corpus": "austen",
+              "val_doc": "persuasion", "steps": steps, "batch": 2, "seq_len": 8, "vocab_size": 512,
+              "device": "cpu", "threads": seed + 1, "seed": seed}  # threads: a setting that changes no number
+    summary = {"model": model, "params": params, "tokens": 16 * steps, "val_loss": loss, "val_ppl": ppl,
+               "val_bpb": bpb, "corpus": "austen", "vocab_size": 500, "tokens_per_s": 100.0, "seconds": 1.0,
+               "matched_to": "spen/linear/state" if model == "gpt" else None}
+    rd = RunDir.for_id(run_id_for("lm", config, seed), h)
+    rd.create("lm", config, seed)
+    events = [{"seq": i, "step": step, "metrics": {"val/loss": v, "train/loss": v + 1}}
+              for i, (step, v) in enumerate(curve)]
+    rd.append_events(events)
+    rd.write_status(state="done", started=f"2026-02-0{1 + (steps > 4)}T00:00:00+00:00")
+    rows = [{"split": "val", "loss": loss, "ppl": ppl, "bpb": bpb}]
+    rd.write_result({"summary": summary, "tables": {"lm_eval": rows}})
+    return rd.run_id
+
+
+@pytest.fixture(scope="module")
+def lm_store(tmp_path_factory):
+    """Two seeds of GPT, SPEN linear, SPEN softmax attention (state) and its raw-token control; one
+    GPT sized to the softmax SPEN (seed 0 only); one SPEN of a longer run that has no GPT."""
+    h = tmp_path_factory.mktemp("lm") / "home"
+    ids = {}
+    for seed, d in ((0, 0.0), (1, 0.2)):
+        # The GPT logs step 2 twice (a resumed run): its newest value counts.
+        ids[f"gpt{seed}"] = _lm_run(h, seed, "gpt", "linear", "state", 2.0 + d, 10 + 2 * (seed), 1.0 + d / 2, 1000,
+                                    curve=[(1, 3.0), (2, 9.9), (2, 2.5 + d), (4, 2.0 + d)])
+        ids[f"lin{seed}"] = _lm_run(h, seed, "spen", "linear", "state", 3.0 + d, 80 + 10 * seed, 2.0 + d, 990,
+                                    curve=[(1, 4.0), (2, 3.5), (4, 3.0 + d)])
+        ids[f"soft{seed}"] = _lm_run(h, seed, "spen", "softmax_attention", "state", 3.1, 85, 2.1, 1100)
+        ids[f"tok{seed}"] = _lm_run(h, seed, "spen", "softmax_attention", "tokens", 2.5 + d, 40 + 10 * seed, 1.5, 1100)
+    ids["gpt_soft0"] = _lm_run(h, 0, "gpt", "softmax_attention", "state", 2.1, 17, 1.05, 1100)
+    ids["long0"] = _lm_run(h, 0, "spen", "linear", "state", 2.9, 70, 1.9, 990, steps=8)
+    assert ingest(h)["errors"] == []
+    return h, ids
+
+
+def test_lm_runs_flatten_config_and_summary(lm_store):
+    h, ids = lm_store
+    df = queries.lm_runs(home=h)
+    assert len(df) == 10 and df["run_id"].iloc[0] == ids["long0"]  # newest first
+    row = df.set_index("run_id").loc[ids["lin1"]]
+    assert (row["model"], row["predictor"], row["attn_input"], row["size"], row["corpus"]) == (
+        "spen", "linear", "state", "tiny", "austen")
+    assert (row["steps"], row["params"], row["tokens"], row["tokens_per_step"]) == (4, 990, 64, 16.0)
+    assert row["vocab_size"] == 500  # the tokenizer's, from the summary
+    assert row["val_ppl"] == 90 and row["seed"] == 1
+    # Runs that differ in variant, seed and threads share a group; a longer run is another.
+    groups = df.set_index("run_id")["group_id"]
+    assert groups[ids["gpt0"]] == groups[ids["tok1"]] == groups[ids["gpt_soft0"]] != groups[ids["long0"]]
+    assert '"seed"' not in row["comparable"] and '"model"' not in row["comparable"] and '"steps":4' in row["comparable"]
+    assert queries.lm_runs(ids["gpt0"], home=h)["run_id"].tolist() == [ids["gpt0"]]
+    assert queries.lm_runs(status="running", home=h).empty
+    assert queries.lm_runs(home=h / "nothing").empty
+
+
+def test_lm_curves_count_tokens_and_keep_the_newest_logging(lm_store):
+    h, ids = lm_store
+    df = queries.lm_curves([ids["gpt0"], ids["gpt1"], ids["lin0"]], home=h)
+    assert list(df.columns) == ["run_id", "seed", "model", "predictor", "attn_input", "step", "tokens", "value"]
+    assert df["model"].tolist()[:3] == ["gpt"] * 3  # GPT first
+    gpt0 = df[df["run_id"] == ids["gpt0"]]
+    assert gpt0["step"].tolist() == [1, 2, 4] and gpt0["value"].tolist() == [3.0, 2.5, 2.0]
+    assert gpt0["tokens"].tolist() == [16.0, 32.0, 64.0]
+    assert set(queries.lm_curves(ids["lin0"], "train/loss", home=h)["value"]) == {5.0, 4.5, 4.0}
+    assert queries.lm_curves([], home=h).empty
+
+
+def test_lm_final_stats_pair_each_spen_with_its_gpt(lm_store):
+    h, ids = lm_store
+    picked = [v for k, v in ids.items() if k != "long0"]
+    df = queries.lm_final_stats(picked, home=h)
+    assert [tuple(r) for r in df[["model", "predictor", "attn_input"]].itertuples(index=False)] == [
+        ("gpt", "linear", "state"), ("gpt", "softmax_attention", "state"), ("spen", "linear", "state"),
+        ("spen", "softmax_attention", "state"), ("spen", "softmax_attention", "tokens")]
+    df = df.set_index(["model", "predictor", "attn_input"])
+    gpt = df.loc[("gpt", "linear", "state")]
+    assert (gpt["n"], gpt["seeds"], gpt["params"]) == (2, "0,1", 1000)
+    assert gpt["ppl_mean"] == pytest.approx(11) and gpt["ppl_std"] == pytest.approx(math.sqrt(2))
+    assert gpt["pairs"] == 0 and pd.isna(gpt["ppl_ratio_mean"])
+    lin = df.loc[("spen", "linear", "state")]
+    # Per seed, then averaged: 80/10 and 90/12, with the GPT of the same seed.
+    assert lin["pairs"] == 2 and lin["ppl_ratio_mean"] == pytest.approx((8 + 7.5) / 2)
+    assert lin["ppl_ratio_std"] == pytest.approx(0.5 / math.sqrt(2))
+    assert lin["bpb_ratio_mean"] == pytest.approx((2.0 / 1.0 + 2.2 / 1.1) / 2)
+    assert lin["loss_mean"] == pytest.approx(3.1) and lin["loss_std"] == pytest.approx(math.sqrt(2) * 0.1)
+    # Seed 0 has a GPT sized to the softmax SPEN: it is preferred; seed 1 falls back to the linear one's.
+    soft = df.loc[("spen", "softmax_attention", "state")]
+    assert soft["ppl_ratio_mean"] == pytest.approx((85 / 17 + 85 / 12) / 2)
+    # A run without a GPT of its config and seed has no ratio.
+    alone = queries.lm_final_stats([ids["long0"], ids["gpt0"]], home=h).set_index("model").loc["spen"]
+    assert alone["n"] == 1 and alone["pairs"] == 0 and pd.isna(alone["ppl_ratio_mean"]) and pd.isna(alone["loss_std"])
+    assert queries.lm_final_stats(picked, split="test", home=h).empty
+
+
+def test_lm_ablation_spreads_per_seed(lm_store):
+    h, ids = lm_store
+    picked = [v for k, v in ids.items() if k != "long0"]
+    df = queries.lm_ablation(picked, home=h)
+    assert list(df.columns) == ["measure", "n", "seeds", "value_mean", "value_std"]
+    df = df.set_index("measure")
+    # state readers: linear 3.0 / 3.2, softmax 3.1 / 3.1 → spreads 0.1 and 0.1
+    assert df.loc["spread_state", "value_mean"] == pytest.approx(0.1) and df.loc["spread_state", "n"] == 2
+    assert df.loc["spread_state", "value_std"] == pytest.approx(0.0, abs=1e-12)
+    # best state reader − control: 3.0 − 2.5 and 3.1 − 2.7
+    assert df.loc["tokens_gain", "value_mean"] == pytest.approx(0.45)
+    assert "spread_sequence" not in df.index and "sequence_gain" not in df.index  # no sequence readers
+    # pooled: linear's variance 0.02, softmax's 0 → sqrt(0.01)
+    noise = df.loc["noise_state"]
+    assert noise["value_mean"] == pytest.approx(0.1) and noise["n"] == 2 and noise["seeds"] == "0,1"
+    one = queries.lm_ablation([ids["lin0"], ids["soft0"]], home=h).set_index("measure")
+    assert set(one.index) == {"spread_state"} and pd.isna(one.loc["spread_state", "value_std"])
+    assert queries.lm_ablation([ids["gpt0"]], home=h).empty
+
+
+def test_lm_queries_on_an_empty_store(home):
+    assert queries.lm_runs().empty and queries.lm_curves(None).empty
+    assert list(queries.lm_final_stats().columns)[:4] == ["model", "predictor", "attn_input", "n"]
+    assert queries.lm_ablation().empty

@@ -1,0 +1,352 @@
+"""The Content page through AppTest: empty store, launch, real tiny runs of four variants × two seeds
+(curves, smoothing, log axes, the final and paper tables, the ablation), two settings at once."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ema_core.experiments import build_config
+from ema_core.figures import smooth_ema
+from lm_fixture import make_lm_runs
+from store import lm_curves, lm_eval, lm_runs
+from store.export import mean_std
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGE = "pages/content.py"
+TIMEOUT = 90
+SEEDS = (0, 1)
+SPECS = ("gpt", "linear", "softmax_state", "softmax_tokens")
+VARIANTS = ["GPT", "SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"]
+
+
+def _ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _page() -> AppTest:
+    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())  # the router first, as in a browser
+    at.switch_page(PAGE)
+    return _ok(at.run())
+
+
+def _charts(at: AppTest) -> list[tuple[dict, list[pd.DataFrame]]]:
+    """Each chart's spec and its datasets (which travel as Arrow beside the spec)."""
+    return [(json.loads(c.proto.spec), [pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+                                        for d in c.proto.datasets])
+            for c in at.get("vega_lite_chart")]
+
+
+def _curves(at: AppTest) -> tuple[dict, pd.DataFrame]:
+    spec, (data,) = _charts(at)[0]
+    return spec, data
+
+
+def _table(at: AppTest, column: str) -> pd.DataFrame:
+    tables = [d.value for d in [*at.dataframe, *at.table] if column in d.value.columns]
+    assert len(tables) == 1, [list(d.value.columns) for d in at.table]
+    return tables[0].map(lambda v: v.replace("\u00a0", " ") if isinstance(v, str) else v)
+
+
+def _scale_types(spec: dict, channel: str) -> set:
+    return {layer["encoding"][channel].get("scale", {}).get("type", "linear") for layer in spec["layer"]}
+
+
+@pytest.fixture(scope="module")
+def content_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("content") / "home"
+    return home, make_lm_runs(home, SPECS, SEEDS)
+
+
+@pytest.fixture
+def runs(content_home, monkeypatch):
+    home, run_ids = content_home
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    return run_ids
+
+
+@pytest.fixture
+def empty_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """A runner that records what the page submits instead of starting worker processes."""
+    submitted = []
+
+    class Runner:
+        def submit(self, kind, config, seed=None, preset=None):
+            submitted.append((kind, config.model_dump(), preset))
+            return f"{kind}-x-s{config.seed}"
+
+    import pages._state
+
+    monkeypatch.setattr(pages._state, "runner", lambda: Runner())
+    return submitted
+
+
+# -- the smoothing helper -----------------------------------------------------------------------------
+
+def test_smooth_ema_is_the_plain_recursion():
+    v = np.array([4.0, 2.0, 3.0, 1.0])
+    assert smooth_ema(v, 0.0).tolist() == v.tolist()
+    expected = [4.0]
+    for x in v[1:]:
+        expected.append(0.9 * expected[-1] + 0.1 * x)
+    assert smooth_ema(v, 0.9) == pytest.approx(expected)
+    # pandas' ewm(adjust=False) is the same recursion: an outside oracle
+    assert smooth_ema(v, 0.6) == pytest.approx(pd.Series(v).ewm(alpha=0.4, adjust=False).mean().to_numpy())
+    assert smooth_ema([1.0, float("nan"), 0.0], 0.5)[2] == 0.5 and math.isnan(smooth_ema([1.0, np.nan], 0.5)[1])
+    with pytest.raises(ValueError):
+        smooth_ema(v, 1.0)
+
+
+def test_variant_labels():
+    from ema_core.figures import lm_variant_label
+
+    assert lm_variant_label("gpt", "linear", "state") == "GPT"
+    assert lm_variant_label("spen", "softmax_attention", "tokens") == "SPEN softmax attention (tokens)"
+    assert lm_variant_label("gpt", "linear_attention", "sequence") == "GPT (sized to SPEN linear attention (sequence))"
+    assert lm_variant_label("spen", float("nan"), None) == "SPEN linear"  # missing fields read as defaults
+
+
+# -- empty store and launch ---------------------------------------------------------------------------
+
+def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
+    at = _page()
+    assert at.title[0].value == "Content"
+    assert "SPEN" in at.markdown[0].value and "GPT" in at.markdown[0].value
+    assert any("No finished language-model runs" in i.value for i in at.info)
+    assert at.get("vega_lite_chart") == [] and len(at.dataframe) == len(at.table) == 0
+    assert any(s.value == "Launch" for s in at.subheader)
+
+
+def test_launch_submits_one_run_per_variant_and_seed(empty_home, registered):
+    at = _page()
+    assert at.selectbox(key="content_preset").options == ["quick", "tiny", "small", "paper"]
+    assert at.multiselect(key="content_variants").value == VARIANTS
+    at.multiselect(key="content_variants").set_value(["GPT", "SPEN linear attention (sequence)"])
+    at.selectbox(key="content_preset").set_value("tiny")
+    at.number_input(key="content_n_seeds").set_value(2)
+    at.number_input(key="content_first_seed").set_value(5)
+    next(b for b in at.button if b.label == "Launch").click()
+    _ok(at.run())
+    expected = [("lm", build_config("lm", preset="tiny", seed=s, overrides=variant).model_dump(), "tiny")
+                for variant in (dict(model="gpt", predictor="linear", attn_input="state"),
+                                dict(model="spen", predictor="linear_attention", attn_input="sequence"))
+                for s in (5, 6)]
+    assert registered == expected
+    assert expected[2][1]["model"] == "spen" and expected[2][1]["steps"] == 1200  # the tiny preset's budget
+    assert any("lm-x-s5, lm-x-s6, lm-x-s5, lm-x-s6" in s.value for s in at.success)
+
+
+def test_launch_with_no_variant_warns(empty_home, registered):
+    at = _page()
+    at.multiselect(key="content_variants").set_value([])
+    next(b for b in at.button if b.label == "Launch").click()
+    _ok(at.run())
+    assert registered == [] and any("at least one variant" in w.value for w in at.warning)
+
+
+# -- real tiny runs ----------------------------------------------------------------------------------
+
+def test_curves_draw_one_mean_line_per_variant(runs):
+    at = _page()
+    assert at.multiselect(key="content_runs").value == runs  # every variant and seed, in variant order
+    assert any("8 run(s) · 4 variant(s) · seeds 0, 1" in c.value for c in at.caption)
+    spec, data = _curves(at)
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "line"]  # faint seeds, then means
+    means = data[data["line"] == "mean"]
+    assert list(dict.fromkeys(means["variant"])) == VARIANTS and (means["n"] == 2).all()
+    assert set(data.loc[data["line"] != "mean", "line"]) == set(runs)
+    # The mean line is the mean across seeds of the store's validation losses (no smoothing).
+    raw = lm_curves(runs[2:4], "val/loss")
+    expected = raw.groupby("step")["value"].mean()
+    got = means[means["variant"] == "SPEN linear"].set_index("step")["value"]
+    assert got.to_dict() == pytest.approx(expected.to_dict())
+    assert list(expected.index) == [2, 4, 6]
+    assert spec["layer"][1]["encoding"]["x"]["field"] == "step"
+
+
+def test_smoothing_changes_the_plotted_values(runs):
+    at = _page()
+    assert at.radio(key="content_smoothing").options == ["none", "EMA 0.6", "EMA 0.9"]
+    before = _curves(at)[1]
+    at.radio(key="content_smoothing").set_value("EMA 0.9")
+    _ok(at.run())
+    spec, after = _curves(at)
+    assert "EMA 0.9" in json.dumps(spec["title"])
+    pick = (after["line"] == runs[2])
+    raw = lm_curves(runs[2], "val/loss")["value"].to_numpy()
+    assert after.loc[pick, "value"].to_numpy() == pytest.approx(smooth_ema(raw, 0.9))
+    assert before.loc[before["line"] == runs[2], "value"].to_numpy() == pytest.approx(raw)
+    # The first point starts the average; the later ones move.
+    b, a = (f[f["line"] == "mean"].reset_index(drop=True) for f in (before, after))
+    first = b.groupby("variant")["step"].transform("min") == b["step"]
+    assert a.loc[first, "value"].to_numpy() == pytest.approx(b.loc[first, "value"].to_numpy())
+    assert not np.allclose(a.loc[~first, "value"], b.loc[~first, "value"])
+
+
+def test_log_axes_and_tokens_switch_the_scales(runs):
+    at = _page()
+    spec = _curves(at)[0]
+    assert _scale_types(spec, "x") == {"linear"} and _scale_types(spec, "y") == {"linear"}
+    at.toggle(key="content_log_y").set_value(True)
+    _ok(at.run())
+    spec = _curves(at)[0]
+    assert _scale_types(spec, "y") == {"log"} and _scale_types(spec, "x") == {"linear"}
+    assert json.dumps(spec["title"]).endswith('log y"}')
+    at.toggle(key="content_log_x").set_value(True)
+    at.radio(key="content_x").set_value("tokens")
+    at.selectbox(key="content_metric").set_value("val/bpb")
+    _ok(at.run())
+    spec, data = _curves(at)
+    assert _scale_types(spec, "x") == {"log"}
+    assert {layer["encoding"]["x"]["field"] for layer in spec["layer"]} == {"tokens"}
+    assert "bits per byte" in spec["layer"][0]["encoding"]["y"]["title"]
+    tokens_per_step = lm_runs(runs[0])["tokens_per_step"].iloc[0]
+    assert tokens_per_step == 2 * 32
+    assert (data["tokens"] == data["step"] * tokens_per_step).all()
+    at.toggle(key="content_seeds").set_value(False)
+    _ok(at.run())
+    spec, data = _curves(at)
+    assert len(spec["layer"]) == 1
+
+
+def test_final_table_holds_the_store_numbers(runs):
+    at = _page()
+    table = _table(at, "perplexity ÷ GPT").set_index("variant")
+    assert list(table.index) == VARIANTS and (table["seeds"] == 2).all()
+    ev = lm_eval(runs, split="val").set_index("run_id")
+    lin = ev.loc[runs[2:4]]
+    assert table.loc["SPEN linear", "perplexity"] == mean_std(lin["ppl"].mean(), lin["ppl"].std(ddof=1), 1)
+    assert table.loc["SPEN linear", "bits per byte"] == mean_std(lin["bpb"].mean(), lin["bpb"].std(ddof=1))
+    # Per seed: SPEN ÷ the GPT of the same seed.
+    ratio = lin["ppl"].to_numpy() / ev.loc[runs[0:2], "ppl"].to_numpy()
+    assert table.loc["SPEN linear", "perplexity ÷ GPT"] == mean_std(ratio.mean(), ratio.std(ddof=1), 2)
+    assert table.loc["GPT", "perplexity ÷ GPT"] == ""
+    assert table.loc["GPT", "params"] == lm_runs(runs[0])["params"].iloc[0]
+    assert any("held out whole" in c.value and "FineWeb-Edu" in c.value for c in at.caption)
+
+
+def test_the_paper_table_holds_260_and_33_beside_ours(runs):
+    at = _page()
+    table = _table(at, "paper").set_index("measure")
+    assert list(table.columns) == ["paper", "ours", "seeds", "source", "ours measured as"]
+    final = _table(at, "perplexity ÷ GPT").set_index("variant")
+    assert table.loc["SPEN perplexity", "paper"] == "260"
+    assert table.loc["SPEN perplexity", "ours"] == final.loc["SPEN linear", "perplexity"]
+    assert table.loc["GPT perplexity", "paper"] == "33 (GPT-2 Small)"
+    assert table.loc["GPT perplexity", "ours"] == final.loc["GPT", "perplexity"]
+    ratio = table.loc["Perplexity, SPEN ÷ GPT"]
+    assert ratio["paper"].startswith("7.9") and "8×" in ratio["paper"]
+    assert ratio["ours"] == final.loc["SPEN linear", "perplexity ÷ GPT"] and ratio["seeds"] == 2
+    assert table.loc["Bits per byte, SPEN ÷ GPT", "ours"] == final.loc["SPEN linear", "bits per byte ÷ GPT"]
+    assert table.loc["Predictor ablation: loss spread across predictors reading the state", "paper"] == "identical"
+    assert table.loc["SPEN Wikipedia perplexity", "source"] == "[U]"
+    assert table.loc["SPEN Wikipedia perplexity", "ours"] == ""
+
+
+def test_the_ablation_chart_and_tables(runs):
+    at = _page()
+    (_, _), (spec, datasets) = _charts(at)
+    assert "Predictor ablation" in json.dumps(spec["title"])
+    points = next(d for d in datasets if "predictor" in d.columns)
+    assert set(zip(points["predictor"], points["attn_input"])) == {
+        ("linear", "current trace state"), ("softmax attention", "current trace state"),
+        ("softmax attention", "raw tokens (control)")}
+    assert (points["n"] == 2).all() and points["std"].notna().all()
+    assert any("loss" in d.columns and d["label"].iloc[0].startswith("GPT") for d in datasets)  # the reference
+    grid = _table(at, "raw tokens (control)").set_index("predictor")
+    ev = lm_eval(runs, split="val").set_index("run_id")["loss"]
+    tokens = ev.loc[runs[6:8]]
+    assert grid.loc["softmax attention", "raw tokens (control)"] == mean_std(tokens.mean(), tokens.std(ddof=1))
+    assert grid.loc["linear", "raw tokens (control)"] == ""  # the linear predictor reads the state only
+    spread = _table(at, "nats/token").set_index("measure")
+    per_seed = [abs(ev[runs[2 + s]] - ev[runs[4 + s]]) for s in SEEDS]
+    assert spread.iloc[0]["nats/token"] == mean_std(np.mean(per_seed), np.std(per_seed, ddof=1))
+    at.toggle(key="content_gpt_line").set_value(False)
+    _ok(at.run())
+    assert len(_charts(at)[1][1]) == 1  # no GPT reference: the points' data only
+
+
+def test_every_chart_and_table_has_its_downloads(runs):
+    at = _page()
+    labels = [b.label for b in at.get("download_button")]
+    assert labels.count("SVG") == labels.count("PNG") == 2  # curves, ablation
+    assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 4  # final, paper, grid, spread
+
+
+def test_one_seed_and_no_pick(runs):
+    at = _page()
+    at.multiselect(key="content_runs").set_value(runs[::2])  # seed 0 of each variant
+    _ok(at.run())
+    table = _table(at, "perplexity ÷ GPT")
+    assert (table["seeds"] == 1).all() and not table["perplexity"].str.contains("±").any()
+    at.multiselect(key="content_runs").set_value([])
+    _ok(at.run())
+    assert any("Pick at least one run" in i.value for i in at.info)
+
+
+def test_two_settings_default_to_the_newest_and_warn_when_mixed(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    older = make_lm_runs(home, ("gpt", "linear"), (0, 1), real=False)
+    newer = make_lm_runs(home, ("gpt", "linear", "linear_attention_state"), (0,), real=False,
+                         overrides={"steps": 8}, started="2026-02-01T00:00:00+00:00")
+    at = _page()
+    assert at.multiselect(key="content_runs").value == newer
+    assert not at.warning
+    ratio = _table(at, "paper").set_index("measure").loc["Perplexity, SPEN ÷ GPT", "ours"]
+    assert "±" not in ratio and ratio != ""
+    at.multiselect(key="content_runs").set_value(older + newer)
+    _ok(at.run())
+    assert any("2 different settings" in w.value for w in at.warning)
+    # A SPEN is divided by the GPT of its own settings only: both pairs of seed 0 still have one.
+    assert _table(at, "perplexity ÷ GPT").set_index("variant").loc["SPEN linear", "seeds"] == 3
+
+
+def test_overview_links_to_the_content_page(empty_home):
+    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
+    links = {e.proto.label: e.proto.page for e in at.get("page_link")}
+    assert links["Tested on: Content"] == "content"
+
+
+def test_the_charts_export_as_svg_and_png(runs):
+    from ema_core.figures import (chart_to_png, chart_to_svg, lm_ablation_chart, lm_ablation_frame,
+                                  lm_curve_chart, lm_curve_frame)
+    from store import lm_final_stats
+
+    curves = lm_curve_chart(lm_curve_frame(lm_curves(runs), 0.6), log_x=True, log_y=True)
+    ablation = lm_ablation_chart(lm_ablation_frame(lm_final_stats(runs)), 5.0)
+    for chart, text in ((curves, "validation loss"), (ablation, "final validation loss")):
+        svg = chart_to_svg(chart)
+        assert svg.lstrip().startswith("<svg") and text in svg
+        assert chart_to_png(chart, scale=1).startswith(b"\x89PNG")
+    assert "SPEN softmax attention (tokens)" in chart_to_svg(curves)
+
+
+def test_a_run_with_an_unexpected_config_does_not_break_the_page(tmp_path, monkeypatch):
+    from jobs.rundir import RunDir, run_id_for
+    from store import ingest
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    rd = RunDir.for_id(run_id_for("lm", {"d": 32, "seed": 0}, 0), home)
+    rd.create("lm", {"d": 32, "seed": 0}, 0)
+    rd.append_events([{"seq": 0, "step": 10, "metrics": {"val/loss": 3.0}}])
+    rd.write_result({"summary": {}, "tables": {"lm_eval": [{"split": "val", "loss": 3.0, "ppl": 20.0, "bpb": 1.0}]}})
+    rd.write_status(state="done")
+    assert ingest(home)["errors"] == []
+    at = _page()
+    assert _curves(at)[1]["variant"].iloc[0] == "? linear (state)"
+    assert _table(at, "perplexity ÷ GPT")["perplexity"].tolist() == ["20.0"]
