@@ -11,9 +11,8 @@ import streamlit as st
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures import (ATTN_INPUTS, LM_VARIANTS, PREDICTOR_LABELS, SMOOTHING, lm_ablation_chart,
                               lm_ablation_frame, lm_curve_chart, lm_curve_frame, lm_variant_label)
-from jobs.rundir import StorageError
 from pages._router import ensure_router
-from pages._state import ingest_quietly, runner
+from pages._state import launch, read_store
 from pages._ui import chart_with_downloads, table_downloads
 from store import StoreError, lm_ablation, lm_curves, lm_final_stats, lm_runs, mean_std_cells
 from store.export import mean_std
@@ -76,20 +75,16 @@ def launch_section() -> None:
             st.warning("Pick at least one variant.")
             return
         by_label = {label: key for key, (label, _) in LM_VARIANTS.items()}
-        try:
-            seeds = range(int(first), int(first) + int(n_seeds))
-            started = []
+        seeds = range(int(first), int(first) + int(n_seeds))
+
+        def configs():
             for label in variants:
                 model, predictor, attn_input = by_label[label]
                 for s in seeds:
-                    cfg = build_config(KIND, preset=preset, seed=s,
-                                       overrides={"model": model, "predictor": predictor, "attn_input": attn_input})
-                    started.append(runner().submit(KIND, cfg, preset=preset))
-        except (ValueError, StorageError) as exc:
-            st.error(f"Not launched: {exc}")
-            return
-        st.success("Launched: " + ", ".join(started), icon=":material/rocket_launch:")
-        st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+                    yield KIND, build_config(KIND, preset=preset, seed=s, overrides={
+                        "model": model, "predictor": predictor, "attn_input": attn_input})
+
+        launch(configs, preset)
 
 
 st.title("Content")
@@ -107,14 +102,7 @@ the current trace **state** (what the paper's argument covers), the **sequence**
 """
 )
 
-problem = ingest_quietly()
-if problem:
-    st.warning(f"The store could not be brought up to date: {problem}")
-try:
-    runs = lm_runs()
-except StoreError as exc:
-    st.error(str(exc))
-    st.stop()
+runs = read_store(lm_runs)
 
 done = runs[runs["status"] == "done"].reset_index(drop=True)
 active = runs[runs["status"].isin(["queued", "running"])]

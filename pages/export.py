@@ -5,7 +5,7 @@ import streamlit as st
 
 from ema_core.figures import identity_chart
 from pages._router import ensure_router
-from pages._state import ingest_quietly
+from pages._state import read_store
 from pages._ui import chart_with_downloads
 from store import EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
 
@@ -20,15 +20,7 @@ st.markdown(
     "puts runs with equal configs (all but the seed) in one row as mean ± std across seeds."
 )
 
-problem = ingest_quietly()
-if problem:
-    st.warning(f"The store could not be brought up to date: {problem}")
-
-try:
-    runs = list_runs(limit=None)
-except StoreError as exc:
-    st.error(str(exc))
-    st.stop()
+runs = read_store(lambda: list_runs(limit=None))
 
 table = st.selectbox("Table", list(EXPORT_TABLES), format_func=lambda n: f"{n} — {EXPORT_TABLES[n].description}",
                      key="export_table")

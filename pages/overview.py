@@ -5,8 +5,8 @@ import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
 from pages._router import ensure_router
-from pages._state import ingest_quietly, runner
-from store import StoreError, store_summary
+from pages._state import launch, read_store
+from store import store_summary
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -17,14 +17,7 @@ st.markdown(
     "structure, and where it loses content. Every number on these pages comes from runs made here."
 )
 
-problem = ingest_quietly()
-if problem:
-    st.warning(f"The store could not be brought up to date: {problem}")
-try:
-    summary = store_summary()
-except StoreError as exc:
-    st.error(str(exc))
-    st.stop()
+summary = read_store(store_summary)
 
 st.subheader("The store")
 a, b, c = st.columns(3)
@@ -56,9 +49,5 @@ for claim, source, page, label in CLAIMS:
 st.subheader("Quick reproduction")
 st.markdown("Starts the `quick` preset of every registered experiment as background jobs; follow them on the Jobs page.")
 if st.button("Run the quick reproduction", type="primary", icon=":material/play_arrow:", key="quick_repro"):
-    started = []
-    for kind, exp in sorted(REGISTRY.items()):
-        if "quick" in exp.presets:
-            started.append(runner().submit(kind, build_config(kind, preset="quick"), preset="quick"))
-    st.success("Started: " + ", ".join(started))
-    st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+    launch(lambda: [(kind, build_config(kind, preset="quick")) for kind, exp in sorted(REGISTRY.items())
+                    if "quick" in exp.presets], preset="quick")

@@ -10,9 +10,8 @@ from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures import (ROLE_MODELS, probe_control_chart, probe_control_frame, role_accuracy_chart,
                               role_accuracy_frame)
 from ema_core.grammar import ROLES
-from jobs.rundir import StorageError
 from pages._router import ensure_router
-from pages._state import ingest_quietly, runner
+from pages._state import launch, read_store
 from pages._ui import chart_with_downloads, table_downloads
 from store import (StoreError, config_id, config_without_seed, list_runs, mean_std_cells, probe_accuracy_stats,
                    probe_control, structure_headlines)
@@ -87,14 +86,8 @@ def launch_section() -> None:
                                    key="structure_first_seed")
         launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
     if launched:
-        try:
-            seeds = range(int(first), int(first) + int(n_seeds))
-            started = [runner().submit(KIND, build_config(KIND, preset=preset, seed=s), preset=preset) for s in seeds]
-        except (ValueError, StorageError) as exc:
-            st.error(f"Not launched: {exc}")
-            return
-        st.success("Launched: " + ", ".join(started), icon=":material/rocket_launch:")
-        st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+        seeds = range(int(first), int(first) + int(n_seeds))
+        launch(lambda: [(KIND, build_config(KIND, preset=preset, seed=s)) for s in seeds], preset)
 
 
 st.title("Structure")
@@ -111,14 +104,7 @@ shortcuts falls.
 """
 )
 
-problem = ingest_quietly()
-if problem:
-    st.warning(f"The store could not be brought up to date: {problem}")
-try:
-    runs = list_runs(kind=KIND, limit=None)
-except StoreError as exc:
-    st.error(str(exc))
-    st.stop()
+runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
 done = runs[runs["status"] == "done"]
 active = runs[runs["status"].isin(["queued", "running"])]

@@ -39,3 +39,26 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def empty_home(tmp_path, monkeypatch):
+    """A data folder with nothing in it yet (pages' empty states)."""
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """A runner that records what a page submits (kind, config, preset) instead of starting workers."""
+    submitted = []
+
+    class Runner:
+        def submit(self, kind, config, seed=None, preset=None):
+            submitted.append((kind, config.model_dump(), preset))
+            return f"{kind}-x-s{config.seed}"
+
+    import pages._state
+
+    monkeypatch.setattr(pages._state, "runner", lambda: Runner())
+    return submitted

@@ -72,26 +72,6 @@ def runs(content_home, monkeypatch):
     return run_ids
 
 
-@pytest.fixture
-def empty_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def registered(monkeypatch):
-    """A runner that records what the page submits instead of starting worker processes."""
-    submitted = []
-
-    class Runner:
-        def submit(self, kind, config, seed=None, preset=None):
-            submitted.append((kind, config.model_dump(), preset))
-            return f"{kind}-x-s{config.seed}"
-
-    import pages._state
-
-    monkeypatch.setattr(pages._state, "runner", lambda: Runner())
-    return submitted
 
 
 # -- the smoothing helper -----------------------------------------------------------------------------

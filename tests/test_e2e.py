@@ -343,7 +343,7 @@ def test_overview_links_and_quick_reproduction(app_url, chromium_browser):
         _no_exception(page)
 
         page.get_by_role("button", name="Run the quick reproduction").click()
-        started = page.get_by_text(re.compile(r"Started: dilution-\w+-s\d+"))
+        started = page.get_by_text(re.compile(r"Launched: dilution-\w+-s\d+"))
         started.wait_for(timeout=60_000)
         run_id = re.search(r"dilution-\w+-s\d+", started.inner_text()).group(0)
         _no_exception(page)
