@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from bench.machine import machine_info as _machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
@@ -338,15 +339,7 @@ def machine_info() -> dict:
     import duckdb
     import streamlit
 
-    try:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-                   platform.processor())
-    except OSError:
-        cpu = platform.processor()
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "streamlit": streamlit.__version__, "duckdb": duckdb.__version__, "pandas": pd.__version__,
-            # 1-minute load before the run; above the core count, other work shared the CPUs.
-            "loadavg_start": round(os.getloadavg()[0], 2)}
+    return _machine_info(streamlit=streamlit.__version__, duckdb=duckdb.__version__, pandas=pd.__version__)
 
 
 def main(argv: list[str] | None = None) -> int:

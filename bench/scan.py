@@ -15,11 +15,12 @@ import gc
 import json
 import math
 import os
-import platform
 import sys
 import time
 
 import numpy as np
+
+from bench.machine import machine_info as _machine_info
 
 ALPHAS = (0.5, 0.1, 0.02)
 K = len(ALPHAS)
@@ -69,24 +70,9 @@ def machine_info() -> dict:
     import numba
     import pandas
     import scipy
-    import torch
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.processor())
-    mem = next((int(ln.split()[1]) / 2**20 for ln in open("/proc/meminfo") if ln.startswith("MemTotal")), None)
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)),
-        "memory_GiB": None if mem is None else round(mem, 1),
-        "python": platform.python_version(),
-        "numpy": np.__version__, "numba": numba.__version__, "torch": torch.__version__,
-        "scipy": scipy.__version__, "pandas": pandas.__version__,
-        "numba_threads": numba.get_num_threads(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        # 1-minute load before the run; above the core count, other work shared the CPUs.
-        "loadavg_start": round(os.getloadavg()[0], 2),
-    }
+    return _machine_info(numba=numba.__version__, scipy=scipy.__version__, pandas=pandas.__version__,
+                         numba_threads=numba.get_num_threads())
 
 
 def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
