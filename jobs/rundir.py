@@ -161,6 +161,12 @@ class RunDir:
     def cancel_path(self) -> Path:
         return self.path / "cancel"
 
+    @property
+    def spawn_path(self) -> Path:
+        # Written by the local runner when it starts a worker for a queued run: any process's runner
+        # then knows a worker is on its way, before that worker has marked the run running.
+        return self.path / "spawned.json"
+
     def exists(self) -> bool:
         return self.config_path.exists()
 

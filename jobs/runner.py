@@ -12,6 +12,7 @@ process that launched it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ from jobs.rundir import (
     FINAL_STATES,
     RESUMABLE_STATES,
     RunDir,
+    atomic_write,
     emalab_home,
     iter_run_dirs,
     now_iso,
@@ -287,7 +289,7 @@ class LocalRunner(Runner):
                     running.add(rd.run_id)
                     self._escalate_cancel(rd, st)
                 elif state == "queued":
-                    if self._proc_alive(rd.run_id):
+                    if self._proc_alive(rd.run_id) or self._spawned_elsewhere(rd, st):
                         running.add(rd.run_id)  # spawned, not yet marked running by its worker
                     elif rd.cancel_requested():
                         rd.write_status(state="cancelled", ended=now_iso(), message="cancelled before it started")
@@ -311,7 +313,23 @@ class LocalRunner(Runner):
             self._procs[rd.run_id] = subprocess.Popen(
                 [sys.executable, "-m", "jobs.worker", rd.run_id], cwd=ROOT, env=env,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._queued_at[rd.run_id] = rd.read_status().get("queued_at")
+        self._queued_at[rd.run_id] = queued_at = rd.read_status().get("queued_at")
+        atomic_write(rd.spawn_path, json.dumps({"pid": self._procs[rd.run_id].pid, "host": HOST,
+                                                "queued_at": queued_at}))
+
+    @staticmethod
+    def _spawned_elsewhere(rd: RunDir, st: dict) -> bool:
+        """A worker another process started for this very queueing is still alive (it may be importing).
+
+        Without this, every short-lived runner (each ``emalab jobs`` command, each app rerun) saw the
+        run still queued while its worker imported torch, and started one more.
+        """
+        try:
+            rec = json.loads(rd.spawn_path.read_text())
+        except (OSError, ValueError):
+            return False
+        return (isinstance(rec, dict) and rec.get("host") == HOST and rec.get("queued_at") == st.get("queued_at")
+                and pid_alive(rec.get("pid")))
 
     def _reap(self) -> None:
         for run_id, proc in list(self._procs.items()):

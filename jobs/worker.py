@@ -22,8 +22,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ema_core.experiments import Cancelled, config_error, get_experiment
 from jobs.rundir import RunDir, now_iso
+
+# The experiments (torch, sklearn, ...) are imported only once this worker holds the run's lock:
+# a spare worker, started while the first was still importing, then exits in a fraction of a second.
 
 STATUS_INTERVAL_S = 0.2  # a fast loop reports every step; the status file is rewritten at most this often
 HEARTBEAT_S = 5.0  # liveness for runners that cannot see the worker's pid (Ray on another node)
@@ -169,6 +171,8 @@ def run_job(run_id: str, home: str | Path | None = None, backend: str = "local")
 
 
 def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
+    from ema_core.experiments import Cancelled, get_experiment
+
     record = rd.read_config()
     reporter = RunDirReporter(rd)
     reporter.write_status(state="running", pid=os.getpid(), host=socket.gethostname(), backend=backend,
@@ -204,6 +208,8 @@ def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):  # a stored config the current code no longer accepts
+        from ema_core.experiments import config_error
+
         return f"invalid config: {config_error(exc)}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -211,6 +217,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _terminate(signum, frame):  # noqa: ARG001
     # The runner's last resort after the cancel flag was ignored: end as cancelled, not failed.
+    from ema_core.experiments import Cancelled
+
     raise Cancelled(-1, "terminated by the runner after a cancel request")
 
 

@@ -213,3 +213,31 @@ def test_queued_runs_start_without_polling(home, runners):
     # Nobody calls tick/wait: the runner's scheduler starts the second when the first ends.
     assert wait_for(lambda: rd.read_status().get("state") == "done", 60, 0.2), rd.read_status()
     assert RunDir.for_id(first, home).read_status()["state"] == "done"
+
+
+def test_a_worker_on_its_way_is_not_started_twice_by_another_runner(home, runners):
+    # Each `emalab jobs ...` command and each app rerun makes its own runner.  While a worker
+    # started by one of them is still importing (seconds: torch), the run is still "queued": the
+    # others must see the spawn record and wait, not start a worker of their own.
+    import subprocess
+    import sys
+
+    from jobs.rundir import atomic_write, now_iso
+    from jobs.runner import HOST
+
+    runner = runners(home, slots=2)
+    run_id = runner.submit("dilution", SHORT, seed=21)
+    assert runner.wait(run_id, timeout=60) == "done"  # a real run folder, then queued again by hand
+    rd = RunDir.for_id(run_id, home)
+    rd.write_status(state="queued", queued_at=now_iso())
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # "a worker importing"
+    try:
+        atomic_write(rd.spawn_path, json.dumps({"pid": stand_in.pid, "host": HOST,
+                                                "queued_at": rd.read_status()["queued_at"]}))
+        for _ in range(5):
+            assert runners(home, slots=2).tick() == []
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    # The spawned process is gone and never marked the run running: now a runner starts it.
+    assert runners(home, slots=2).tick() == [run_id]
