@@ -4,6 +4,8 @@ One pydantic model per experiment; ``model_dump_json()`` is what a run stores an
 """
 from __future__ import annotations
 
+import copy
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PAPER_ALPHAS = (0.5, 0.1, 0.02)  # fast, medium, slow: the paper's three rates (Figure 1)
@@ -38,3 +40,18 @@ def check_rates(v: tuple[float, ...], distinct: bool = False) -> tuple[float, ..
     if distinct and len(set(v)) != len(v):
         raise ValueError(f"rates must be distinct (each names a feature set), got {list(v)}")
     return tuple(float(a) for a in v)
+
+
+def field_like(model: type[BaseModel], name: str, default=None, description: str | None = None):
+    """``model``'s field ``name`` (bounds, description, default) for another config to declare.
+
+    An experiment's settings are flat (``--set units=128`` on the command line), so they repeat the
+    fields of the component configs they feed; borrowing the field keeps one definition of each
+    bound.  ``default`` and ``description`` override the borrowed ones.
+    """
+    info = copy.deepcopy(model.model_fields[name])
+    if default is not None:
+        info.default = default
+    if description is not None:
+        info.description = description
+    return info

@@ -16,13 +16,12 @@ Accuracy per lag is scored on the held-out later stretch of the stream; chance i
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ema_core.config import PAPER_ALPHAS, DilutionConfig, check_rates
+from ema_core.config import PAPER_ALPHAS, DilutionConfig, check_rates, field_like
 from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
 
 KIND = "dilution"
@@ -30,12 +29,9 @@ GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
 CHECKPOINT_FORMAT = 1
 
 
-def _like(name: str, default=None):
+def _like(name: str):
     # The stream's sizes keep the bounds of the closed-form measurement (one set of limits).
-    info = copy.deepcopy(DilutionConfig.model_fields[name])
-    if default is not None:
-        info.default = default
-    return info
+    return field_like(DilutionConfig, name)
 
 
 class DilutionSweepConfig(BaseModel):

@@ -16,7 +16,10 @@ import time
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ema_core.config import field_like
 from ema_core.experiments.protocol import Experiment, Reporter
+from ema_core.lm.data import LMDataConfig
+from ema_core.lm.train import TrainConfig
 
 KIND = "lm"
 MODELS = ("spen", "gpt")
@@ -35,27 +38,29 @@ class LMConfig(BaseModel):
     attn_input: str = Field("state", description="what an attention predictor reads: state (current traces), "
                                                  "sequence (past trace states) or tokens (raw inputs: the control)")
     size: str = Field("tiny", description=f"model size: one of {', '.join(SIZES)}")
-    # data
-    corpus: str = Field("austen", min_length=1, max_length=1000,
-                        description='"austen", a local file or folder, or a hub dataset "owner/name[:config]"')
-    val_doc: str = Field("persuasion", description="Austen only: the novel held out whole for validation")
-    val_fraction: float = Field(0.05, gt=0, le=0.5, description="other corpora: the share held out")
-    max_chars: int | None = Field(None, ge=1000, le=100_000_000_000, description="read at most this many characters")
-    tokenizer: str = Field("bpe", min_length=1, max_length=1000, description='"bpe" (trained here) or a tokenizer')
-    vocab_size: int = Field(4096, ge=257, le=262_144, description="BPE vocabulary")
-    # training
-    steps: int = Field(1000, ge=1, le=10_000_000, description="optimiser steps")
-    batch: int = Field(16, ge=1, le=65_536, description="sequences per step (per process under DDP)")
-    seq_len: int = Field(256, ge=2, le=131_072, description="tokens per sequence")
-    lr: float = Field(3e-3, gt=0.0, le=10.0, description="peak learning rate (AdamW, warm-up, cosine)")
-    warmup: int = Field(100, ge=0, le=10_000_000, description="warm-up steps")
-    weight_decay: float = Field(0.1, ge=0.0, le=10.0, description="AdamW decay on weight matrices")
-    grad_clip: float = Field(1.0, ge=0.0, le=1e6, description="max global gradient norm (0: none)")
-    eval_every: int = Field(100, ge=1, le=10_000_000, description="steps between validation evaluations")
-    eval_tokens: int = Field(32_768, ge=1, le=10**10, description="validation tokens per periodic evaluation")
-    final_eval_tokens: int = Field(0, ge=0, le=10**10, description="validation tokens at the end (0: all)")
-    log_every: int = Field(10, ge=1, le=10_000_000, description="steps between logged training losses")
-    checkpoint_every: int = Field(200, ge=1, le=10_000_000, description="steps between checkpoints")
+    # data: the fields of LMDataConfig (one definition of each bound)
+    corpus: str = field_like(LMDataConfig, "corpus")
+    val_doc: str = field_like(LMDataConfig, "val_doc")
+    val_fraction: float = field_like(LMDataConfig, "val_fraction")
+    max_docs: int | None = field_like(LMDataConfig, "max_docs")
+    max_chars: int | None = field_like(LMDataConfig, "max_chars")
+    tokenizer: str = field_like(LMDataConfig, "tokenizer")
+    vocab_size: int = field_like(LMDataConfig, "vocab_size", default=4096)
+    # training: the fields of TrainConfig
+    steps: int = field_like(TrainConfig, "steps")
+    batch: int = field_like(TrainConfig, "batch")
+    seq_len: int = field_like(TrainConfig, "seq_len")
+    lr: float = field_like(TrainConfig, "lr")
+    min_lr_frac: float = field_like(TrainConfig, "min_lr_frac")
+    warmup: int = field_like(TrainConfig, "warmup")
+    weight_decay: float = field_like(TrainConfig, "weight_decay")
+    beta2: float = field_like(TrainConfig, "beta2")
+    grad_clip: float = field_like(TrainConfig, "grad_clip")
+    eval_every: int = field_like(TrainConfig, "eval_every")
+    eval_tokens: int = field_like(TrainConfig, "eval_tokens")
+    final_eval_tokens: int = field_like(TrainConfig, "final_eval_tokens")
+    log_every: int = field_like(TrainConfig, "log_every")
+    checkpoint_every: int = field_like(TrainConfig, "checkpoint_every")
     device: str = Field("auto", description="auto (CUDA when present), cpu or cuda")
     threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default)")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the initialisation and of the batches")
@@ -69,24 +74,17 @@ class LMConfig(BaseModel):
         if self.predictor == "linear" and self.attn_input != "state":
             raise ValueError(f"attn_input={self.attn_input!r} needs an attention predictor; the linear predictor "
                              "reads the current trace state only")
-        if self.warmup > self.steps:
-            raise ValueError(f"warmup ({self.warmup}) is longer than the run ({self.steps} steps)")
-        self.data_config()  # the corpus settings' own checks (an unknown Austen novel) at config time
+        # The component configs' own checks (an unknown novel, a missing corpus file, a warm-up
+        # longer than the run) at config time, before a run folder exists.
+        self.data_config()
+        self.train_config()
         return self
 
-    def data_config(self):
-        from ema_core.lm.data import LMDataConfig
+    def data_config(self) -> LMDataConfig:
+        return LMDataConfig(**{name: getattr(self, name) for name in LMDataConfig.model_fields})
 
-        return LMDataConfig(corpus=self.corpus, val_doc=self.val_doc, val_fraction=self.val_fraction,
-                            max_chars=self.max_chars, tokenizer=self.tokenizer, vocab_size=self.vocab_size)
-
-    def train_config(self):
-        from ema_core.lm.train import TrainConfig
-
-        return TrainConfig(steps=self.steps, batch=self.batch, seq_len=self.seq_len, lr=self.lr, warmup=self.warmup,
-                           weight_decay=self.weight_decay, grad_clip=self.grad_clip, eval_every=self.eval_every,
-                           eval_tokens=self.eval_tokens, final_eval_tokens=self.final_eval_tokens,
-                           log_every=self.log_every, checkpoint_every=self.checkpoint_every)
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(**{name: getattr(self, name) for name in TrainConfig.model_fields})
 
 
 PRESETS: dict[str, dict] = {

@@ -17,13 +17,13 @@ whose keys the CLI prints with ``--json`` (see ``summarise``).
 """
 from __future__ import annotations
 
-import copy
 import time
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ema_core.bigru import BiGRUConfig
+from ema_core.config import field_like
 from ema_core.experiments.dilution_sweep import _deterministic_torch
 from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
 from ema_core.grammar import N_WORDS, ROLES, STRUCTURES, GrammarConfig, Sentence, vocabulary
@@ -39,16 +39,6 @@ ROLE_NAMES = [r.name for r in ROLES]
 SPCN_HEADLINE = "traces"
 
 
-def _like(model: type[BaseModel], name: str, default=None, description: str | None = None):
-    # One definition of each knob's bounds: the experiment's flat settings borrow them from the
-    # component configs (``--set units=128`` on the command line needs flat names).
-    info = copy.deepcopy(model.model_fields[name])
-    if default is not None:
-        info.default = default
-    if description is not None:
-        info.description = description
-    return info
-
 
 class StructureConfig(BaseModel):
     """Grammatical roles from SPCN traces (zero labels) against a supervised BiGRU."""
@@ -59,28 +49,28 @@ class StructureConfig(BaseModel):
     n_train: int = Field(1500, ge=20, le=200_000, description="training sentences (the dev split is cut from them)")
     n_eval: int = Field(500, ge=10, le=100_000, description="sentences in each of the test, novel and deep splits")
     dev_fraction: float = Field(0.2, ge=0.05, le=0.5, description="share of the training sentences kept for dev")
-    deep_depth: int = _like(GrammarConfig, "deep_depth")
-    held_out_fraction: float = _like(GrammarConfig, "held_out_fraction")
+    deep_depth: int = field_like(GrammarConfig, "deep_depth")
+    held_out_fraction: float = field_like(GrammarConfig, "held_out_fraction")
     # SPCN
-    code_dim: int = _like(SPCNConfig, "code_dim")
-    units: int = _like(SPCNConfig, "units")
-    k: int = _like(SPCNConfig, "k")
-    rates: tuple[float, ...] = _like(SPCNConfig, "rates")
-    reset_at_sentence: bool = _like(SPCNConfig, "reset_at_sentence")
-    context_gain: float = _like(SPCNConfig, "context_gain")
-    hebbian_lr: float = _like(SPCNConfig, "lr", description="η of SPCN's Hebbian update")
-    hebbian_batch: int = _like(SPCNConfig, "batch", description="tokens per Hebbian update")
-    passes: int = _like(SPCNConfig, "passes")
-    precision_rate: float = _like(SPCNConfig, "precision_rate")
-    precision_clip: float = _like(SPCNConfig, "precision_clip")
+    code_dim: int = field_like(SPCNConfig, "code_dim")
+    units: int = field_like(SPCNConfig, "units")
+    k: int = field_like(SPCNConfig, "k")
+    rates: tuple[float, ...] = field_like(SPCNConfig, "rates")
+    reset_at_sentence: bool = field_like(SPCNConfig, "reset_at_sentence")
+    context_gain: float = field_like(SPCNConfig, "context_gain")
+    hebbian_lr: float = field_like(SPCNConfig, "lr", description="η of SPCN's Hebbian update")
+    hebbian_batch: int = field_like(SPCNConfig, "batch", description="tokens per Hebbian update")
+    passes: int = field_like(SPCNConfig, "passes")
+    precision_rate: float = field_like(SPCNConfig, "precision_rate")
+    precision_clip: float = field_like(SPCNConfig, "precision_clip")
     # probes
     probe: str = Field("ridge", description=f"linear probe: one of {', '.join(PROBE_KINDS)}")
     # BiGRU
-    bigru_embed: int = _like(BiGRUConfig, "embed")
-    bigru_hidden: int = _like(BiGRUConfig, "hidden")
-    bigru_max_epochs: int = _like(BiGRUConfig, "max_epochs")
-    bigru_patience: int = _like(BiGRUConfig, "patience")
-    bigru_unk_dropout: float = _like(BiGRUConfig, "unk_dropout")
+    bigru_embed: int = field_like(BiGRUConfig, "embed")
+    bigru_hidden: int = field_like(BiGRUConfig, "hidden")
+    bigru_max_epochs: int = field_like(BiGRUConfig, "max_epochs")
+    bigru_patience: int = field_like(BiGRUConfig, "patience")
+    bigru_unk_dropout: float = field_like(BiGRUConfig, "unk_dropout")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the sentences, SPCN's random parts, probes and BiGRU")
 
     def model_post_init(self, _context) -> None:
