@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ema_core.experiments.protocol import Cancelled, NullReporter, Reporter
+# Not ema_core.experiments.protocol at import time: that package's registry imports the lm
+# experiment, which imports this module (a cycle when this module is imported first).
 
 CHECKPOINT_FORMAT = 1
 
@@ -149,7 +150,7 @@ def _dist() -> tuple[int, int]:
 
 
 def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: int,
-             reporter: Reporter | None = None, *, device: torch.device | str = "cpu",
+             reporter=None, *, device: torch.device | str = "cpu",
              extra_state: dict | None = None) -> dict:
     """Train ``model`` in place; returns the final evaluation and the run's figures.
 
@@ -159,6 +160,8 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     ``extra_state`` is stored in every checkpoint and must equal the stored one on resume (the caller's
     identity of the run: its config).
     """
+    from ema_core.experiments.protocol import Cancelled, NullReporter
+
     reporter = reporter or NullReporter()
     device = torch.device(device)
     rank, world = _dist()
