@@ -187,8 +187,11 @@ def test_foreground_run_prints_one_object_and_a_progress_bar(home):
 
 def test_ctrl_c_cancels_a_foreground_run(home):
     env = {**os.environ, "EMALAB_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", "dilution", *_sets(steps=200_000), "--json"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A terminal hands the command the default SIGINT disposition; a test process may not (an ignored
+    # signal is inherited across exec, and Python keeps it ignored), so give the child what a shell would.
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", "dilution", *_sets(steps=2_000_000), "--json"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -198,7 +201,7 @@ def test_ctrl_c_cancels_a_foreground_run(home):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)  # a loaded 2-core machine; the run itself needs far longer
     finally:
         if proc.poll() is None:
             proc.kill()
