@@ -189,7 +189,7 @@ def test_ctrl_c_cancels_a_foreground_run(home):
     env = {**os.environ, "EMALAB_HOME": str(home)}
     # A terminal hands the command the default SIGINT disposition; a test process may not (an ignored
     # signal is inherited across exec, and Python keeps it ignored), so give the child what a shell would.
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", "dilution", *_sets(steps=2_000_000), "--json"],
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", "dilution", *_sets(steps=1_000_000), "--json"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
