@@ -9,6 +9,10 @@ someone opened `/`.  The project keeps its pages in `pages/`, so every page call
 Streamlit to st.navigation mode and reruns, and the rerun goes through app.py with the page the
 visitor asked for.  Once the router has run (:func:`mark_routed`), nothing happens — which also
 leaves Streamlit's test harness (it resets the folder flag before every run) alone.
+
+Streamlit also serves the default page at ``/`` only: its url_path is ``""`` whatever st.Page is
+given, so a link to its own name (``/overview``) would be "Page not found" once the router runs.
+:func:`open_default_by_name` sends that name to the default page.
 """
 from __future__ import annotations
 
@@ -28,3 +32,19 @@ def ensure_router() -> None:
     if not _routed and PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False  # what st.navigation itself sets on its first run
         st.rerun()
+
+
+def open_default_by_name(name: str) -> None:
+    """Call before st.navigation: a deep link to ``/name`` opens the default page.
+
+    A page picked by its hash (a click in the navigation, a rerun) is left alone; only a URL typed or
+    linked by name is matched, and only to ``name``: every other page's name is its url_path already.
+    """
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    pm = ctx.pages_manager if ctx else None
+    if pm is None or pm.intended_page_script_hash:
+        return
+    if (pm.intended_page_name or "").strip("/") == name:
+        pm.set_script_intent("", "")  # no hash, no name: st.navigation resolves the default page
