@@ -13,35 +13,110 @@ import numpy as np
 import pandas as pd
 import vl_convert
 
-from ema_core.dilution import ALL_RATES
+from ema_core import palette
+from ema_core.dilution import ALL_RATES, rate_label
 from ema_core.grammar import ROLES
 
 WIDTH, HEIGHT = 420, 300
 SIR_CLIP_DB = 60.0  # α = 1 gives an infinite SIR at lag 0; drawn at the edge of the axis
 WEIGHT_FLOOR = 1e-12  # α near 1 drives far lags to 1e-70 and would squash every other curve
-# One colour per rate, in the order the rates were given, in every chart; "all rates" is dark grey.
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
-ALL_RATES_COLOR = "#333333"
+# Title text sizes (Vega's defaults).  Widths are estimated from Helvetica's glyph widths (Arial and
+# Liberation Sans share them; in thousandths of an em), bold 10 % wider, plus a 5 % margin: a title
+# wrapped to fit then never runs past the chart, and no line is broken that would have fitted.
+TITLE_SIZE, SUBTITLE_SIZE = 13, 12
+_GLYPHS = {191: "'", 222: "ijl", 278: "ft .,;:!I/[]|", 333: "r-()`", 469: "^", 500: "ckvxyzsJ\"", 584: "=+<>~±×−",
+           611: "FTZ", 667: "ABEKPSVXY&", 722: "CDHNRUw", 778: "GOQ", 833: "mM", 889: "%", 944: "W"}
+_GLYPH_WIDTH = {ch: w / 1000 for w, chars in _GLYPHS.items() for ch in chars}
+_DEFAULT_GLYPH = 0.556  # the other letters, digits, and Greek
+
+# Lags and steps are whole numbers: no 0.5 ticks when the range is short, no "1e+3", a thousands
+# separator past 999.
+LAG_AXIS = alt.Axis(tickMinStep=1, format=",d")
+STEP_FORMAT = ",d"
+ACCURACY_AXIS = alt.Axis(format=".1f")
 
 
-# Lags are whole steps: no 0.5 ticks when the range is short.
-LAG_AXIS = alt.Axis(tickMinStep=1, format="d")
+def text_width(text: str, size: float, bold: bool = False) -> float:
+    """A slightly generous estimate of the drawn width of ``text`` in pixels, in a Helvetica-like sans."""
+    ems = sum(_GLYPH_WIDTH.get(ch, _DEFAULT_GLYPH) for ch in text)
+    return ems * size * (1.1 if bold else 1.0) * 1.05
+
+
+def _wrap(text: str, width: float, size: float, bold: bool) -> list[str]:
+    """Lines no wider than ``width``: whole clauses ("a; b") where they fit, else word by word."""
+    lines: list[str] = []
+    clauses = text.split("; ")
+    for i, clause in enumerate(clauses):
+        clause += ";" if i < len(clauses) - 1 else ""
+        if lines and text_width(f"{lines[-1]} {clause}", size, bold) <= width:
+            lines[-1] = f"{lines[-1]} {clause}"
+        elif text_width(clause, size, bold) <= width:
+            lines.append(clause)
+        else:
+            for word in clause.split(" "):
+                if lines and text_width(f"{lines[-1]} {word}", size, bold) <= width:
+                    lines[-1] = f"{lines[-1]} {word}"
+                else:
+                    lines.append(word)
+    return lines
+
+
+def chart_title(text: str, subtitle: str = "", width: float = WIDTH) -> alt.Title:
+    """A title and subtitle broken into lines no wider than ``width`` pixels (the plot's width): a
+    line longer than the chart would run off its edge once a page narrows it."""
+    title = _wrap(text, width, TITLE_SIZE, True)
+    sub = _wrap(subtitle, width, SUBTITLE_SIZE, False) if subtitle else []
+    kwargs = {"subtitle": sub if len(sub) > 1 else sub[0]} if sub else {}
+    return alt.Title(title if len(title) > 1 else title[0], **kwargs)
+
+
+def value_format(values, ticks: int = 10) -> str:
+    """A d3 format for a value axis: as many decimals as a tick step of about range/``ticks`` needs,
+    the same on every tick, and a thousands separator (``",.2f"``)."""
+    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return ",.3~f"
+    span = float(v.max() - v.min()) or abs(float(v.max())) or 1.0
+    return f",.{max(0, -math.floor(math.log10(span / ticks)))}f"
+
+
+def rate_alpha(label: str) -> float | None:
+    """The α of a rate label (``"α=0.5"`` → 0.5), None for any other feature name."""
+    if isinstance(label, str) and label.startswith("α="):
+        try:
+            alpha = float(label[2:])
+        except ValueError:
+            return None
+        return alpha if rate_label(alpha) == label else None
+    return None
+
+
+def rate_order(labels) -> list[str]:
+    """Rate labels fast to slow (α descending), then any other feature, then ``ALL_RATES``: the same
+    legend order on the page and in an export, whatever order the rows came in."""
+    labels = list(dict.fromkeys(labels))
+    rates = sorted((lab for lab in labels if rate_alpha(lab) is not None), key=rate_alpha, reverse=True)
+    others = [lab for lab in labels if rate_alpha(lab) is None and lab != ALL_RATES]
+    return rates + others + ([ALL_RATES] if ALL_RATES in labels else [])
+
+
+def feature_color(label: str) -> str:
+    """The colour of a rate label, of ``ALL_RATES``, or the palette's colour for anything else."""
+    if label == ALL_RATES:
+        return palette.ALL_RATES_COLOR
+    alpha = rate_alpha(label)
+    return palette.OTHER_COLOR if alpha is None else palette.rate_color(alpha)
 
 
 def _rate_scale(labels) -> alt.Scale:
-    """The colour scale for rate labels in order of first appearance (plus ``ALL_RATES`` if present)."""
-    labels = list(dict.fromkeys(labels))
-    rates = [r for r in labels if r != ALL_RATES]
-    domain = rates + ([ALL_RATES] if ALL_RATES in labels else [])
-    colours = [PALETTE[i % len(PALETTE)] for i in range(len(rates))]
-    colours += [ALL_RATES_COLOR] if ALL_RATES in labels else []
-    return alt.Scale(domain=domain, range=colours)
+    """The colour scale of the rates present: each rate's own colour, whichever others are shown."""
+    domain = rate_order(labels)
+    return alt.Scale(domain=domain, range=palette.scale_range(domain, feature_color))
 
 
 def _rate_order(df: pd.DataFrame) -> list[str]:
-    # Rates in the order the user gave them (fast, medium, slow), not alphabetically: the legend
-    # and the colours then line up across the three charts.
-    return list(dict.fromkeys(df["rate"]))
+    return rate_order(df["rate"])
 
 
 def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
@@ -55,16 +130,17 @@ def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
     step = max(1, math.ceil(-lo / 6))
     decades = [10.0**e for e in range(0, lo - 1, -step)]
     return (
-        alt.Chart(df, width=WIDTH, height=HEIGHT, title=alt.Title(
+        alt.Chart(df, width=WIDTH, height=HEIGHT, title=chart_title(
             "Weight of the token at lag k",
-            subtitle=f"α(1−α)^k, whatever the token (below {WEIGHT_FLOOR:g} not drawn)"))
+            f"α(1−α)^k, whatever the token (below {WEIGHT_FLOOR:g} not drawn)"))
         .mark_line(point=True)
         .encode(
             x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
             y=alt.Y(
                 "weight:Q",
                 scale=alt.Scale(type="log"),
-                axis=alt.Axis(values=decades, format="~g"),
+                # One notation on every tick ("~g" wrote 0.000001 beside 1e-8).
+                axis=alt.Axis(values=decades, format=".0e"),
                 title="weight (log scale)",
             ),
             color=alt.Color("rate:N", scale=_rate_scale(order), sort=order, title="rate"),
@@ -92,14 +168,15 @@ def sir_chart(analytic_df: pd.DataFrame) -> alt.Chart:
     df["sir_text"] = [_db_text(v) for v in df["sir_db"]]
     df = df.drop(columns="sir_db")
     return (
-        alt.Chart(df, width=WIDTH, height=HEIGHT, title=alt.Title(
-            "Signal-to-interference ratio", subtitle="w_k² against the rest of the trace's energy α/(2−α)"))
+        alt.Chart(df, width=WIDTH, height=HEIGHT, title=chart_title(
+            "Signal-to-interference ratio", "w_k² against the rest of the trace's energy α/(2−α)"))
         .mark_line(point=True)
         .encode(
             x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
             y=alt.Y(
                 "sir_db_shown:Q",
                 scale=alt.Scale(domain=[-SIR_CLIP_DB, SIR_CLIP_DB], clamp=True),
+                axis=alt.Axis(format="d"),
                 title=f"SIR (dB, clipped to ±{SIR_CLIP_DB:g})",
             ),
             color=alt.Color("rate:N", scale=_rate_scale(order), sort=order, title="rate"),
@@ -114,13 +191,13 @@ def sir_chart(analytic_df: pd.DataFrame) -> alt.Chart:
 
 def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
     """Measured accuracy of naming the token at lag k, one line per feature set, and chance."""
-    order = list(dict.fromkeys(acc_df["feature"]))
+    order = rate_order(acc_df["feature"])
     lines = (
         alt.Chart(acc_df[["feature", "lag", "accuracy"]])
         .mark_line(point=True)
         .encode(
             x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
-            y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), title="accuracy (held out)"),
+            y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (held out)"),
             color=alt.Color("feature:N", scale=_rate_scale(order), sort=order, title="decoder reads"),
             tooltip=[
                 alt.Tooltip("feature:N", title="decoder reads"),
@@ -134,7 +211,7 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
     # label on the plot would sit under them.
     rule = (
         alt.Chart(pd.DataFrame({"chance": [chance], "label": [label]}))
-        .mark_rule(color="#888888", strokeWidth=1.5)
+        .mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1.5)
         .encode(
             y="chance:Q",
             strokeDash=alt.StrokeDash(
@@ -146,7 +223,7 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
     return alt.layer(lines, rule).properties(
         width=WIDTH,
         height=HEIGHT,
-        title=alt.Title("Measured identity at lag k", subtitle="linear decoder, scored on held-out steps"),
+        title=chart_title("Measured identity at lag k", "linear decoder, scored on held-out steps"),
     )
 
 
@@ -154,11 +231,12 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
 
 # What the role chart compares: feature set in the store -> label, in legend order.
 ROLE_MODELS = {"instantaneous": "SPCN instantaneous", "traces": "SPCN traces", "bigru": "BiGRU"}
-MODEL_COLORS = ("#9ecae9", "#4c78a8", "#f58518")
 ROLE_GROUPS = ("all tokens", "lexical", "structure-dependent", "other")
 # The probe-control chart: measure of store.queries.probe_control -> label, in legend order.
 CONTROL_CONDITIONS = {"trained": "trained SPCN", "untrained": "untrained SPCN", "control": "control task"}
-CONTROL_COLORS = ("#4c78a8", "#bab0ac", "#e45756")
+# A title over the role facets wraps at this width: the legend on top is about as wide, and a split
+# with few roles makes facets narrower than any title.
+ROLE_TITLE_WIDTH = 360
 ROLE_BAR_STEP = 10  # px per bar: a role of three bars takes about 37 px; all 21 fit side by side in ~900 px
 
 
@@ -195,8 +273,13 @@ def role_accuracy_frame(stats: pd.DataFrame, split: str) -> pd.DataFrame:
     return out.sort_values(["_g", "_r", "role", "_m"]).drop(columns=["_g", "_r", "_m"]).reset_index(drop=True)
 
 
+def _label_colors(labels: dict[str, str], colors: dict[str, str]) -> dict[str, str]:
+    """Label -> colour for a chart that shows ``labels`` (key -> label) in ``colors`` (key -> colour)."""
+    return {label: colors.get(key, palette.OTHER_COLOR) for key, label in labels.items()}
+
+
 def _bars_with_errors(df: pd.DataFrame, x: str, x_title: str | None, offset: str, domain: list[str],
-                      colors: tuple[str, ...], legend_title: str, x_sort: list[str],
+                      colors: dict[str, str], legend_title: str, x_sort: list[str],
                       legend: alt.Legend | None = None, label_angle: int = 0) -> alt.LayerChart:
     """Grouped bars (``x`` by ``offset``) of ``mean`` with mean ± std rules where a std exists."""
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1))
@@ -208,8 +291,9 @@ def _bars_with_errors(df: pd.DataFrame, x: str, x_title: str | None, offset: str
         xOffset=alt.XOffset(f"{offset}:N", sort=domain, scale=alt.Scale(domain=domain, paddingInner=0.05)),
     )
     bars = base.mark_bar().encode(
-        y=alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), title="accuracy (held out)"),
-        color=alt.Color(f"{offset}:N", scale=alt.Scale(domain=domain, range=list(colors[:len(domain)])),
+        y=alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (held out)"),
+        color=alt.Color(f"{offset}:N", scale=alt.Scale(domain=domain, range=palette.scale_range(
+                            domain, lambda name: colors.get(name, palette.OTHER_COLOR))),
                         sort=domain, title=legend_title, legend=legend or alt.Legend()),
         tooltip=[alt.Tooltip(f"{x}:N"), alt.Tooltip(f"{offset}:N"), alt.Tooltip("mean:Q", format=".3f"),
                  alt.Tooltip("std:Q", format=".3f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")],
@@ -224,7 +308,7 @@ def role_accuracy_chart(frame: pd.DataFrame, split_label: str = "") -> alt.Facet
     """Per-role probe accuracy: SPCN instantaneous, SPCN traces and BiGRU side by side, mean ± std
     across seeds, roles faceted into all tokens / lexical / structure-dependent."""
     models = [m for m in ROLE_MODELS.values() if m in set(frame["model"])] or list(ROLE_MODELS.values())
-    colors = tuple(c for m, c in zip(ROLE_MODELS.values(), MODEL_COLORS) if m in models)
+    colors = _label_colors(ROLE_MODELS, palette.PROBE_COLORS)
     groups = [g for g in ROLE_GROUPS if g in set(frame["group"])]
     roles = list(dict.fromkeys(frame["role"]))
     # A facet's width follows its number of roles (independent x scales, a fixed step per role).
@@ -232,12 +316,15 @@ def role_accuracy_chart(frame: pd.DataFrame, split_label: str = "") -> alt.Facet
     layer = _bars_with_errors(frame, "role", None, "model", models, colors, "probe reads", roles,
                               legend=alt.Legend(orient="top", direction="horizontal"), label_angle=-45)
     subtitle = "mean ± std across seeds (no bar: one seed)" + (f"; split: {split_label}" if split_label else "")
+    # The title spans the facets: about a bar step per bar, or the legend's width when they are few.
+    facets_width = len(frame) * ROLE_BAR_STEP + 20 * (len(groups) - 1)
     return (
         layer.properties(width=alt.Step(ROLE_BAR_STEP), height=HEIGHT)
         .facet(column=alt.Column("group:N", sort=groups, title=None,
                                  header=alt.Header(labelFontSize=13, labelFontWeight="bold")))
         .resolve_scale(x="independent")
-        .properties(title=alt.Title("Grammatical roles read from SPCN and the BiGRU", subtitle=subtitle))
+        .properties(title=chart_title("Grammatical roles read from SPCN and the BiGRU", subtitle,
+                                      max(ROLE_TITLE_WIDTH, facets_width)))
     )
 
 
@@ -264,12 +351,12 @@ def probe_control_chart(frame: pd.DataFrame) -> alt.LayerChart:
     """Overall probe accuracy per SPCN feature set: trained vs untrained SPCN vs the control task."""
     conditions = [c for c in CONTROL_CONDITIONS.values() if c in set(frame["condition"])] \
         or list(CONTROL_CONDITIONS.values())
-    colors = tuple(c for name, c in zip(CONTROL_CONDITIONS.values(), CONTROL_COLORS) if name in conditions)
+    colors = _label_colors(CONTROL_CONDITIONS, palette.CONDITION_COLORS)
     sets = list(dict.fromkeys(frame["feature_set"]))
     return _bars_with_errors(frame, "feature_set", "SPCN features", "condition", conditions, colors,
                              "probe on", sets).properties(
         width=WIDTH, height=HEIGHT,
-        title=alt.Title("Probe controls", subtitle="overall accuracy, test split; selectivity = trained − control task"),
+        title=chart_title("Probe controls", "overall accuracy, test split; selectivity = trained − control task"),
     )
 
 
@@ -278,22 +365,23 @@ def probe_control_chart(frame: pd.DataFrame) -> alt.LayerChart:
 # Every language-model variant (model, predictor, attention input) in the order the page lists them,
 # with its label and a colour that stays the same whatever else is shown.  A GPT carries the
 # predictor and input of the SPEN it was sized to; the launch form's GPT is sized to SPEN linear.
-LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
-    ("gpt", "linear", "state"): ("GPT", "#333333"),
-    ("spen", "linear", "state"): ("SPEN linear", "#4c78a8"),
-    ("spen", "linear_attention", "state"): ("SPEN linear attention (state)", "#f58518"),
-    ("spen", "linear_attention", "sequence"): ("SPEN linear attention (sequence)", "#ffbf79"),
-    ("spen", "linear_attention", "tokens"): ("SPEN linear attention (tokens)", "#e45756"),
-    ("spen", "softmax_attention", "state"): ("SPEN softmax attention (state)", "#54a24b"),
-    ("spen", "softmax_attention", "sequence"): ("SPEN softmax attention (sequence)", "#9be28f"),
-    ("spen", "softmax_attention", "tokens"): ("SPEN softmax attention (tokens)", "#b279a2"),
+_VARIANT_LABELS = {
+    ("gpt", "linear", "state"): "GPT",
+    ("spen", "linear", "state"): "SPEN linear",
+    ("spen", "linear_attention", "state"): "SPEN linear attention (state)",
+    ("spen", "linear_attention", "sequence"): "SPEN linear attention (sequence)",
+    ("spen", "linear_attention", "tokens"): "SPEN linear attention (tokens)",
+    ("spen", "softmax_attention", "state"): "SPEN softmax attention (state)",
+    ("spen", "softmax_attention", "sequence"): "SPEN softmax attention (sequence)",
+    ("spen", "softmax_attention", "tokens"): "SPEN softmax attention (tokens)",
 }
-OTHER_VARIANT_COLOR = "#9d755d"
+LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
+    key: (label, palette.lm_variant_color(*key)) for key, label in _VARIANT_LABELS.items()}
 PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
                     "softmax_attention": "softmax attention"}
-# What an attention predictor reads; colours of the ablation chart.
-ATTN_INPUTS = {"state": ("current trace state", "#4c78a8"), "sequence": ("past trace states", "#f58518"),
-               "tokens": ("raw tokens (control)", "#e45756")}
+# What an attention predictor reads.
+ATTN_INPUTS = {"state": "current trace state", "sequence": "past trace states", "tokens": "raw tokens (control)"}
+CURVE_WIDTH = WIDTH + 180  # the curves take a page's whole width
 # Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
 SMOOTHING = {"none": 0.0, "EMA 0.6": 0.6, "EMA 0.9": 0.9}
 
@@ -318,7 +406,7 @@ def _variant_scale(labels) -> alt.Scale:
     present = set(labels)
     domain = [label for label, _ in LM_VARIANTS.values() if label in present]
     domain += sorted(present - set(domain))
-    return alt.Scale(domain=domain, range=[known.get(v, OTHER_VARIANT_COLOR) for v in domain])
+    return alt.Scale(domain=domain, range=palette.scale_range(domain, lambda v: known.get(v, palette.OTHER_COLOR)))
 
 
 def smooth_ema(values, weight: float) -> np.ndarray:
@@ -377,14 +465,17 @@ def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False,
     x_enc = alt.X(f"{x}:Q", title="optimiser step" if x == "step" else "training tokens",
                   # nice=False: a log axis would otherwise round out to whole decades and squash the curves.
                   scale=alt.Scale(type="log", nice=False) if log_x else alt.Scale(zero=False),
-                  axis=alt.Axis(format="~s" if x == "tokens" else "~g", tickMinStep=1))
+                  # Steps as integers with a thousands separator ("~g" wrote 1e+2); tokens in SI (1.5M).
+                  axis=alt.Axis(format="~s" if x == "tokens" else STEP_FORMAT, tickMinStep=1))
     # The log note goes into the subtitle: a longer y title outgrows the plot's height, and Vega then
-    # lifts the chart title out of the drawn area.
-    y_enc = alt.Y("value:Q", title=y_title, axis=alt.Axis(titleLimit=HEIGHT),
+    # lifts the chart title out of the drawn area.  One tick format on the whole axis (a log axis
+    # otherwise writes "5" beside "4.9").
+    y_enc = alt.Y("value:Q", title=y_title, axis=alt.Axis(titleLimit=HEIGHT, format=value_format(frame["value"])),
                   scale=alt.Scale(type="log", nice=False) if log_y else alt.Scale(zero=False))
     color = alt.Color("variant:N", scale=scale, sort=scale.domain, title="variant",
                       # Stroke symbols at full opacity: the faint seed lines would otherwise set them.
-                      legend=alt.Legend(orient="right", labelLimit=260, symbolType="stroke", symbolStrokeWidth=3,
+                      # No label limit: "GPT (sized to SPEN softmax attention (sequence))" in full.
+                      legend=alt.Legend(orient="right", labelLimit=0, symbolType="stroke", symbolStrokeWidth=3,
                                         symbolOpacity=1))
     base = alt.Chart().encode(x=x_enc, y=y_enc, color=color)
     mean = base.transform_filter("datum.line === 'mean'").mark_line(point=True, strokeWidth=2.2).encode(
@@ -400,7 +491,7 @@ def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False,
     logs = [axis for axis, on in (("x", log_x), ("y", log_y)) if on]
     sub += f"; log {' and '.join(logs)}" if logs else ""
     return alt.layer(*layers, data=frame).properties(
-        width=WIDTH + 180, height=HEIGHT, title=alt.Title("Validation curves", subtitle=sub))
+        width=CURVE_WIDTH, height=HEIGHT, title=chart_title("Validation curves", sub, CURVE_WIDTH))
 
 
 def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
@@ -412,7 +503,7 @@ def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
     spen = stats.loc[stats["model"] == "spen"]
     return pd.DataFrame({
         "predictor": spen["predictor"].map(lambda p: PREDICTOR_LABELS.get(p, p)).to_numpy(),
-        "attn_input": spen["attn_input"].map(lambda a: ATTN_INPUTS.get(a, (a,))[0]).to_numpy(),
+        "attn_input": spen["attn_input"].map(lambda a: ATTN_INPUTS.get(a, a)).to_numpy(),
         "variant": [lm_variant_label("spen", p, a) for p, a in zip(spen["predictor"], spen["attn_input"])],
         "n": spen["n"].to_numpy(),
         "mean": spen["loss_mean"].astype(float).to_numpy(),
@@ -423,24 +514,27 @@ def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
 def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt.LayerChart:
     """Final validation loss per predictor and attention input, mean ± std across seeds, with the
     GPT's loss as a dashed reference."""
-    inputs = [label for label, _ in ATTN_INPUTS.values()]
-    colors = [c for _, c in ATTN_INPUTS.values()]
+    inputs = list(ATTN_INPUTS.values())
     present = [i for i in inputs if i in set(frame["attn_input"])] or inputs
+    # Coloured by variant, as in the curve chart: a variant has one colour on every chart.
+    scale = _variant_scale(frame["variant"])
     data = frame.assign(lo=frame["mean"] - frame["std"], hi=frame["mean"] + frame["std"])
+    shown = [*data["mean"], *data["lo"], *data["hi"]] + ([gpt_loss] if gpt_loss is not None else [])
     base = alt.Chart().encode(
         x=alt.X("predictor:N", sort=list(PREDICTOR_LABELS.values()), title="SPEN's predictor",
                 axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("attn_input:N", sort=present, scale=alt.Scale(domain=present, paddingInner=0.2)),
     )
     points = base.mark_point(filled=True, size=90, opacity=1).encode(
-        y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title="final validation loss (nats/token)"),
-        color=alt.Color("attn_input:N", scale=alt.Scale(domain=inputs, range=colors), sort=inputs,
-                        title="attention reads", legend=alt.Legend(orient="right", labelLimit=200)),
+        y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title="final validation loss (nats/token)",
+                axis=alt.Axis(format=value_format(shown))),
+        color=alt.Color("variant:N", scale=scale, sort=scale.domain, title="SPEN variant",
+                        legend=alt.Legend(orient="right", labelLimit=0)),
         tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("mean:Q", format=".4f"),
                  alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")],
     )
     errors = base.transform_filter("isValid(datum.std) && isFinite(datum.std)").mark_rule(
-        strokeWidth=2).encode(y="lo:Q", y2="hi:Q", color="attn_input:N")
+        strokeWidth=2).encode(y="lo:Q", y2="hi:Q", color="variant:N")
     layers = [alt.layer(errors, points, data=data)]
     if gpt_loss is not None and math.isfinite(gpt_loss):
         label = f"GPT {gpt_loss:.3f}"
@@ -453,8 +547,7 @@ def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt
                 tooltip=[alt.Tooltip("label:N", title="reference")]))
     return alt.layer(*layers).resolve_scale(color="independent", strokeDash="independent").properties(
         width=WIDTH, height=HEIGHT,
-        title=alt.Title("Predictor ablation",
-                        subtitle="mean ± std across seeds; same traces, only the predictor differs"))
+        title=chart_title("Predictor ablation", "mean ± std across seeds; same traces, only the predictor differs"))
 
 
 def chart_to_svg(chart: alt.TopLevelMixin) -> str:

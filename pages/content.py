@@ -84,7 +84,7 @@ def launch_section() -> None:
                     yield KIND, build_config(KIND, preset=preset, seed=s, overrides={
                         "model": model, "predictor": predictor, "attn_input": attn_input})
 
-        launch(configs, preset)
+        launch(configs, preset, seed_key="content_first_seed")
 
 
 st.title("Content")
@@ -191,7 +191,9 @@ def final_table(stats: pd.DataFrame, sel: pd.DataFrame) -> None:
     final = _cells(final, {"ppl": 1, "ppl_ratio": 2, "bpb_ratio": 2}).rename(columns={
         "n": "seeds", "loss": "val loss (nats/token)", "ppl": "perplexity", "bpb": "bits per byte",
         "ppl_ratio": "perplexity ÷ GPT", "bpb_ratio": "bits per byte ÷ GPT"})
-    st.table(_unbroken(final, *final.columns[3:]), hide_index=True)
+    # Parameter counts with a thousands separator on screen; the downloads keep the number (the
+    # Markdown and LaTeX writers add the separator themselves).
+    st.table(_unbroken(final, *final.columns[3:]).style.format({"params": "{:,.0f}"}, na_rep=""), hide_index=True)
     table_downloads(final, "content_final", key="content_final_dl",
                     caption="Final evaluation on the held-out text per variant, mean ± std across seeds; "
                             "ratios formed per seed with the GPT of the same seed.", label="tab:content-final")
@@ -289,7 +291,7 @@ def ablation_section(stats: pd.DataFrame, found: pd.DataFrame) -> None:
     with table_col:
         # One row per predictor, one mean ± std column per input its attention reads.
         grid = abl[["predictor"]].drop_duplicates().reset_index(drop=True)
-        for label in [label for label, _ in ATTN_INPUTS.values() if label in set(abl["attn_input"])]:
+        for label in [label for label in ATTN_INPUTS.values() if label in set(abl["attn_input"])]:
             part = abl.loc[abl["attn_input"] == label, ["predictor", "mean", "std"]]
             grid = grid.merge(part.rename(columns={"mean": f"{label}_mean", "std": f"{label}_std"}),
                               on="predictor", how="left")

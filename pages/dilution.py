@@ -134,6 +134,16 @@ with st.container(border=True):
                 )
 if len(alphas) < len(slider_alphas):
     st.info("Two sliders are on the same rate; it is drawn and decoded once.")
+# A larger α forgets sooner: the sliders are named for fast ≥ medium ≥ slow, and a swapped pair would make
+# "slow" the trace with the shorter memory.  Said, not prevented: an out-of-order grid is still a valid one.
+swapped = [(i, j) for i in range(len(RATES)) for j in range(i + 1, len(RATES)) if slider_alphas[j] > slider_alphas[i]]
+if swapped:
+    pairs = "; ".join(
+        f"α {RATES[j][0]} = {slider_alphas[j]:.3f} is faster than α {RATES[i][0]} = {slider_alphas[i]:.3f} "
+        f"(half-life {hl[j]:.2f} against {hl[i]:.2f} steps)" for i, j in swapped)
+    st.warning(f"The rates are out of order: {pairs}. A larger α forgets sooner, so the names fast, medium and "
+               "slow no longer describe these traces; the charts and the table label each trace by its α.",
+               icon=":material/swap_vert:")
 
 st.subheader("Analytic")
 analytic = analytic_frame(cfg.alphas, cfg.max_lag)

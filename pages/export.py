@@ -7,7 +7,7 @@ from ema_core.figures import identity_chart
 from pages._router import ensure_router
 from pages._state import read_store
 from pages._ui import chart_with_downloads
-from store import EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
+from store import EMPTY, EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -37,7 +37,11 @@ except (StoreError, ValueError) as exc:
     st.error(str(exc))
     st.stop()
 
-st.caption(f"{len(frame)} rows")
+if len(frame):
+    st.caption(f"{len(frame)} rows")
+else:  # the same words as the CLI and the files: an empty export is said, never silently blank
+    st.info(f"{EMPTY} — {'the runs picked have' if run_ids else 'the store has'} nothing for {table} yet.",
+            icon=":material/info:")
 st.dataframe(frame, hide_index=True, height=min(420, 38 + 35 * max(len(frame), 1)), key="export_preview")
 if len(frame):
     stem = table + ("-grouped" if grouped and can_group else "")

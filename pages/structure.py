@@ -87,7 +87,8 @@ def launch_section() -> None:
         launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
     if launched:
         seeds = range(int(first), int(first) + int(n_seeds))
-        launch(lambda: [(KIND, build_config(KIND, preset=preset, seed=s)) for s in seeds], preset)
+        launch(lambda: [(KIND, build_config(KIND, preset=preset, seed=s)) for s in seeds], preset,
+               seed_key="structure_first_seed")
 
 
 st.title("Structure")

@@ -5,9 +5,17 @@ never reaches SQL.  Files are written only inside ``$EMALAB_HOME/exports/``: wha
 (``..``, an absolute path, a symlink), a target that resolves outside that folder is refused before
 anything is written, and the file appears atomically.
 
+Every row says what it measured: ``lm_eval`` carries the run's model, predictor, attention input,
+size, corpus and parameter count, and every run table the config fields that differ between the
+runs exported (``store.queries.labelled``).
+
 Grouped exports average runs whose configs differ only in their seed.  LaTeX and Markdown show one
-``mean ± std`` cell per value; CSV keeps ``<value>_mean`` and ``<value>_std`` as numbers, since a
-CSV is read by programs.
+``mean ± std`` cell per value, with one number of decimals per column, and the mean alone where
+the seeds agree exactly (a constant such as chance); CSV keeps ``<value>_mean`` and ``<value>_std``
+as numbers, since a CSV is read by programs.  LaTeX comes as a ``table`` float with a caption (what
+the table is, from how many runs and seeds) and a label (``tab:<table>``).  A table with no rows is
+still written (CSV: the header; Markdown and LaTeX: the header and a line saying ``empty: no
+rows``), and :func:`write_export` reports ``rows``, so the CLI and the page can say so.
 """
 from __future__ import annotations
 
@@ -18,7 +26,7 @@ from typing import Callable, NamedTuple
 
 import pandas as pd
 
-from ema_core.tables import to_latex_booktabs, to_markdown
+from ema_core.tables import EMPTY, decimals_by, number_text, to_latex_booktabs, to_markdown
 from jobs.rundir import StorageError, atomic_write, emalab_home
 
 from . import queries
@@ -32,21 +40,30 @@ MAX_NAME_BYTES = 200  # of one path component; file systems allow 255
 class ExportTable(NamedTuple):
     query: Callable[..., pd.DataFrame]  # (run_ids, home) -> frame
     description: str
+    # A long table (one row per metric) formats its numbers per value of this column, not per
+    # column: a loss and a perplexity need different decimals.
+    by: str | None = None
+
+
+def _labelled(name: str) -> Callable[..., pd.DataFrame]:
+    return lambda run_ids, home: queries.labelled(name, run_ids, home=home)
 
 
 EXPORT_TABLES: dict[str, ExportTable] = {
     "runs": ExportTable(lambda run_ids, home: queries.list_runs(limit=None, run_ids=run_ids, home=home),
                         "one row per run: kind, seed, status, times, code version, host, config"),
-    "metrics_final": ExportTable(lambda run_ids, home: queries.final_metrics(run_ids, home=home),
-                                 "the last logged value of every metric of every run"),
-    "dilution_accuracy": ExportTable(lambda run_ids, home: queries.dilution_accuracy(run_ids, home=home),
+    "metrics_final": ExportTable(_labelled("metrics_final"),
+                                 "the last logged value of every metric of every run", by="key"),
+    "dilution_accuracy": ExportTable(_labelled("dilution_accuracy"),
                                      "identity decoding accuracy per feature and lag, with chance"),
-    "probe_accuracy": ExportTable(lambda run_ids, home: queries.probe_accuracy(run_ids, home=home),
+    "probe_accuracy": ExportTable(_labelled("probe_accuracy"),
                                   "probe accuracy per role, feature set and split"),
-    "lm_eval": ExportTable(lambda run_ids, home: queries.lm_eval(run_ids, home=home),
-                           "language-model loss, perplexity and bits per byte per split"),
+    "lm_eval": ExportTable(_labelled("lm_eval"),
+                           "language-model loss, perplexity and bits per byte per split, per model, "
+                           "predictor, attention input, size and corpus"),
     "bench_figures": ExportTable(lambda run_ids, home: queries.bench_figures(home=home),
-                                 "the newest figure of every benchmark key, with machine and command"),
+                                 "the newest figure of every benchmark key, with machine and command",
+                                 by="key"),
 }
 
 
@@ -66,22 +83,32 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
-def mean_std(mean: float, std: float, digits: int = MEAN_STD_DIGITS) -> str:
-    """``0.812 ± 0.004``; just the mean when there is no spread to show (one seed)."""
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def mean_std(mean: float, std: float, digits: int | None = MEAN_STD_DIGITS) -> str:
+    """``0.812 ± 0.004``; just the mean when there is no spread to show: one seed, or seeds that
+    agree exactly (a constant such as chance is not "± 0.000").  ``digits`` None: scientific."""
+    if _missing(mean):
         return ""
-    if std is None or (isinstance(std, float) and math.isnan(std)):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+    if _missing(std) or std == 0:
+        return number_text(mean, digits)
+    return f"{number_text(mean, digits)} ± {number_text(std, digits)}"
 
 
-def mean_std_cells(df: pd.DataFrame, digits: int = MEAN_STD_DIGITS) -> pd.DataFrame:
-    """Fold each ``<v>_mean``/``<v>_std`` pair of a grouped frame into one text column ``<v>``."""
+def mean_std_cells(df: pd.DataFrame, digits: int | None = None, by: str | None = None) -> pd.DataFrame:
+    """Fold each ``<v>_mean``/``<v>_std`` pair of a grouped frame into one text column ``<v>``, with
+    ``digits`` decimals, or by default the decimals of ``ema_core.tables.column_decimals`` for the
+    column's means (for the means of each value of the column ``by``, if given): one number format
+    per column."""
     out = df.copy()
+    key = df[by] if by is not None and by in df.columns else None
     for col in [c for c in df.columns if c.endswith("_mean") and c[:-5] + "_std" in df.columns]:
         base = col[:-5]
         at = out.columns.get_loc(col)
-        cells = [mean_std(m, s, digits) for m, s in zip(df[col], df[base + "_std"])]
+        ds = [digits] * len(df) if digits is not None else decimals_by(df[col], key)
+        cells = [mean_std(m, s, d) for m, s, d in zip(df[col], df[base + "_std"], ds)]
         out = out.drop(columns=[col, base + "_std"])
         out.insert(at, base, cells)
     return out
@@ -107,17 +134,60 @@ def _for_text(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def render_table(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *,
-                 home: Path | None = None) -> str:
-    """The export's text, for a download button; nothing is written."""
+def _runs_and_seeds(df: pd.DataFrame, grouped: bool) -> tuple[int, list[int]]:
+    """How many runs a frame of ``table_frame`` comes from, and their seeds."""
+    if not len(df) or ("run_id" not in df.columns and "config_id" not in df.columns):
+        return 0, []
+    if grouped:
+        # A config's runs: its largest n (a key a run lacks has fewer); seeds from the "0,1,2" cells.
+        runs = int(df.groupby("config_id")["n"].max().sum())
+        return runs, sorted({int(s) for cell in df["seeds"] for s in str(cell).split(",") if s.strip()})
+    seeds = sorted({int(s) for s in df["seed"].dropna()}) if "seed" in df.columns else []
+    return int(df["run_id"].nunique()), seeds
+
+
+def caption(name: str, df: pd.DataFrame, grouped: bool = False) -> str:
+    """What the table is and what it was formed from, for a LaTeX ``\\caption``."""
+    what = EXPORT_TABLES[name].description
+    what = what[0].upper() + what[1:]
+    if name == "bench_figures":
+        return f"{what} ({len(df)} figures)." if len(df) else f"{what}: {EMPTY}."
+    runs, seeds = _runs_and_seeds(df, grouped)
+    if not runs:
+        return f"{what}: {EMPTY} (no runs yet)."
+    seed_text = f"; seeds {', '.join(map(str, seeds))}" if seeds else ""
+    spread = ", mean ± std across seeds of equal configs" if grouped else ""
+    return f"{what}{spread}; from {runs} run{'s' if runs != 1 else ''}{seed_text}."
+
+
+def label(name: str, grouped: bool = False) -> str:
+    return f"tab:{name}" + ("_grouped" if grouped else "")
+
+
+class Rendered(NamedTuple):
+    text: str
+    rows: int
+
+
+def render(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *,
+           home: Path | None = None) -> Rendered:
+    """The export's text and its number of rows; nothing is written."""
     _check_format(fmt)
     df = table_frame(name, run_ids, grouped, home=home)
     if fmt == "csv":
-        return df.to_csv(index=False)
-    if grouped:
-        df = mean_std_cells(df)
-    df = _for_text(df)
-    return to_markdown(df) if fmt == "markdown" else to_latex_booktabs(df)
+        return Rendered(df.to_csv(index=False), len(df))
+    by = EXPORT_TABLES[name].by
+    text_df = _for_text(mean_std_cells(df, by=by) if grouped else df)
+    if fmt == "markdown":
+        return Rendered(to_markdown(text_df, empty=EMPTY, by=by), len(df))
+    return Rendered(to_latex_booktabs(text_df, caption=caption(name, df, grouped), label=label(name, grouped),
+                                      empty=EMPTY, by=by), len(df))
+
+
+def render_table(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *,
+                 home: Path | None = None) -> str:
+    """The export's text, for a download button; nothing is written."""
+    return render(name, fmt, run_ids, grouped, home=home).text
 
 
 def export_path(out: str | os.PathLike | None, fmt: str, default_stem: str, home: Path | None = None) -> Path:
@@ -152,9 +222,20 @@ def export_path(out: str | os.PathLike | None, fmt: str, default_stem: str, home
     return real
 
 
+class Exported(NamedTuple):
+    path: Path
+    rows: int  # 0: the file holds the header and says "empty: no rows"
+
+
 def export_table(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False,
                  out: str | os.PathLike | None = None, *, home: Path | None = None) -> Path:
-    """Write the export under ``$EMALAB_HOME/exports/`` and return its path.
+    """Write the export under ``$EMALAB_HOME/exports/`` and return its path (see :func:`write_export`)."""
+    return write_export(name, fmt, run_ids, grouped, out, home=home).path
+
+
+def write_export(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False,
+           out: str | os.PathLike | None = None, *, home: Path | None = None) -> Exported:
+    """Write the export under ``$EMALAB_HOME/exports/``; its path and number of rows.
 
     ``out`` is a file name or a relative path inside the export folder (default:
     ``<table>[-grouped].<ext>``).  A target outside the folder raises ``ValueError``; a folder that
@@ -163,7 +244,7 @@ def export_table(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = Fa
     _check_name(name)
     _check_format(fmt)
     target = export_path(out, fmt, name + ("-grouped" if grouped else ""), home)
-    text = render_table(name, fmt, run_ids, grouped, home=home)
+    text, rows = render(name, fmt, run_ids, grouped, home=home)
     root_real = exports_dir(home).resolve()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -178,4 +259,4 @@ def export_table(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = Fa
     except OSError as exc:  # atomic_write converts failures of the write itself, not of creating the temp file
         raise StorageError(f"the export folder cannot be written: could not write {target}: "
                            f"{exc.strerror or exc}") from exc
-    return target
+    return Exported(target, rows)

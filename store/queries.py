@@ -162,6 +162,23 @@ def lm_eval(run_ids: RunIds = None, split: str | None = None, *, home: Path | No
     )
 
 
+def lm_eval_labelled(run_ids: RunIds = None, split: str | None = None, *,
+                     home: Path | None = None) -> pd.DataFrame:
+    """:func:`lm_eval` with what each row measured, read from the run's config and summary: run_id,
+    seed, model, predictor, attn_input, size, corpus (the summary's name, else the config's), params,
+    split, loss, ppl, bpb.  A GPT's predictor and attention input are those of the SPEN it was sized to."""
+    return _frame(
+        f"""SELECT t.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
+                   r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
+                   coalesce(r.summary->>'corpus', r.config->>'corpus') AS corpus,
+                   (r.summary->>'params')::BIGINT AS params, t.split, t.loss, t.ppl, t.bpb
+            FROM lm_eval t JOIN runs r USING (run_id)
+            WHERE {_RUN_FILTER.format(col='t.run_id')} AND ($split::VARCHAR IS NULL OR t.split = $split)
+            ORDER BY {_LM_ORDER.format(p='')}, size, corpus, r.seed, t.run_id, t.split""",
+        {"ids": _ids(run_ids), "split": split}, home,
+    )
+
+
 def bench_figures(bench: str | None = None, latest: bool = True, *, home: Path | None = None) -> pd.DataFrame:
     """Benchmark figures: bench, key, value, measured_at, machine, command (newest first).
 
@@ -467,16 +484,20 @@ def store_summary(*, home: Path | None = None) -> dict:
 class GroupSpec(NamedTuple):
     keys: tuple[str, ...]    # what a row measures (besides the run), kept as columns
     values: tuple[str, ...]  # what is averaged across seeds
+    labels: tuple[str, ...] = ()  # what the run was (from its config), always shown; equal across seeds
 
 
 RESULT_QUERIES = {"dilution_accuracy": dilution_accuracy, "probe_accuracy": probe_accuracy, "lm_eval": lm_eval}
+LM_LABELS = ("model", "predictor", "attn_input", "size", "corpus", "params")
 GROUPABLE = {
     "dilution_accuracy": GroupSpec(("feature", "lag"), ("accuracy", "chance")),
     "probe_accuracy": GroupSpec(("feature_set", "role", "split"), ("accuracy",)),
-    "lm_eval": GroupSpec(("split",), ("loss", "ppl", "bpb")),
+    "lm_eval": GroupSpec(("split",), ("loss", "ppl", "bpb"), LM_LABELS),
     "metrics_final": GroupSpec(("key",), ("value",)),
 }
-_GROUP_SOURCES = {**RESULT_QUERIES, "metrics_final": final_metrics}
+# The rows an export of each run table starts from (lm_eval with its labels).
+EXPORT_SOURCES = {**RESULT_QUERIES, "lm_eval": lm_eval_labelled, "metrics_final": final_metrics}
+_GROUP_SOURCES = EXPORT_SOURCES
 
 
 def config_without_seed(config: Any) -> Any:
@@ -501,6 +522,67 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1] or "config": obj}
 
 
+def _run_fields(run_ids: list[str], home: Path | None) -> dict[str, tuple[str, dict[str, Any]]]:
+    """run_id -> (kind, its config without seed, flattened to ``a.b`` keys)."""
+    runs = _frame(f"SELECT run_id, kind, config FROM runs WHERE {_RUN_FILTER.format(col='run_id')}",
+                  {"ids": run_ids}, home)
+    return {r.run_id: (r.kind, _flatten(config_without_seed(json.loads(r.config) if r.config else None)))
+            for r in runs.itertuples()}
+
+
+def varying_fields(fields: Iterable[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The config fields that differ between the (kind, flattened config) given, kind by kind (a field
+    of another kind's config is no setting of this one), sorted: the settings that tell rows apart."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for kind, flat in fields:
+        by_kind.setdefault(kind, []).append(flat)
+    out: set[str] = set()
+    for flats in by_kind.values():
+        for k in {k for f in flats for k in f}:
+            if len({canonical_json(f.get(k)) for f in flats}) > 1:
+                out.add(k)
+    return sorted(out)
+
+
+def _cell_value(v: Any) -> Any:
+    return v if isinstance(v, (str, int, float, bool)) or v is None else canonical_json(v)
+
+
+def _settings_column(run_ids: pd.Series, per_run: dict[str, Any]) -> pd.Series:
+    values = run_ids.map(per_run)
+    # Whole numbers stay whole where some runs lack the field (a float column would show 32.0).
+    present = [v for v in per_run.values() if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return values.astype("Int64")
+    return values.astype(object)
+
+
+def labelled(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """The rows of an export of a run table, each telling what it measured.
+
+    The table's own columns (``lm_eval`` with model, predictor, attention input, size, corpus and
+    params), then, after ``seed``, one column per config field that differs between the runs shown
+    (``config.<field>`` where the name is taken), and ``kind`` for ``metrics_final``.  Runs that
+    differ only by seed add no column: run_id and seed tell them apart.
+    """
+    if table not in EXPORT_SOURCES:
+        raise ValueError(f"no labelled rows for {table!r}; tables: {sorted(EXPORT_SOURCES)}")
+    rows = EXPORT_SOURCES[table](run_ids, home=home)
+    fields = _run_fields(sorted(rows["run_id"].unique().tolist()), home) if len(rows) else {}
+    labels = GROUPABLE[table].labels if table in GROUPABLE else ()
+    at = rows.columns.get_loc("seed") + 1
+    if table == "metrics_final":
+        rows.insert(at, "kind", rows["run_id"].map({r: kind for r, (kind, _) in fields.items()}).astype(object))
+        at += 1
+    # Mapped per run, not per row: a table may hold a hundred thousand rows.
+    for k in [k for k in varying_fields(fields.values()) if k not in labels]:
+        name = f"config.{k}" if k in rows.columns or k == "kind" else k
+        per_run = {r: _cell_value(flat.get(k)) for r, (_, flat) in fields.items()}
+        rows.insert(at, name, _settings_column(rows["run_id"], per_run))
+        at += 1
+    return rows
+
+
 def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
     """Mean, sample standard deviation and count across seeds of runs with equal configs.
 
@@ -523,14 +605,15 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     for run_id, (kind, cfg) in configs.items():
         gid = config_id(kind, cfg)
         group_of[run_id] = gid
-        fields[gid] = {"kind": kind, **_flatten(cfg)}
+        fields[gid] = (kind, _flatten(cfg))
     # Only the fields that tell the groups apart are worth a column; the rest is the same everywhere.
-    names = sorted({k for f in fields.values() for k in f} - {"kind"})
-    varying = [k for k in names if len({canonical_json(f.get(k)) for f in fields.values()}) > 1]
-    taken = {"config_id", "kind", "n", "seeds", *spec.keys} | {f"{v}_{s}" for v in spec.values for s in ("mean", "std")}
+    # The labels (model, predictor, ...) are shown anyway, and once.
+    varying = [k for k in varying_fields(fields.values()) if k not in spec.labels]
+    taken = ({"config_id", "kind", "n", "seeds", *spec.keys, *spec.labels}
+             | {f"{v}_{s}" for v in spec.values for s in ("mean", "std")})
     label = {k: (f"config.{k}" if k in taken else k) for k in varying}
 
-    out_cols = (["config_id", "kind", *label.values(), *spec.keys, "n", "seeds"]
+    out_cols = (["config_id", "kind", *spec.labels, *label.values(), *spec.keys, "n", "seeds"]
                 + [f"{v}_{s}" for v in spec.values for s in ("mean", "std")])
     if rows.empty:
         return pd.DataFrame(columns=out_cols)
@@ -547,9 +630,12 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
              .groupby(by, dropna=False)["seeds"].sum().str[:-1].reset_index())
     agg = agg.merge(seeds, on=by, how="left")
     agg["seeds"] = agg["seeds"].fillna("")
-    agg.insert(1, "kind", agg["config_id"].map(lambda g: fields[g]["kind"]))
-    for pos, (field, col) in enumerate(label.items()):
-        values = agg["config_id"].map(lambda g, k=field: fields[g].get(k))
-        agg.insert(2 + pos, col, values.map(lambda v: v if isinstance(v, (str, int, float, bool)) or v is None
-                                            else canonical_json(v)))
-    return agg[out_cols].sort_values(["kind", "config_id", *spec.keys], kind="stable", ignore_index=True)
+    agg.insert(1, "kind", agg["config_id"].map(lambda g: fields[g][0]))
+    if spec.labels:  # equal across the seeds of a config: the first run's value
+        firsts = rows.groupby("config_id", sort=False)[list(spec.labels)].first()
+        agg = agg.merge(firsts, left_on="config_id", right_index=True, how="left")
+    for field, col in label.items():
+        agg[col] = agg["config_id"].map(lambda g, k=field: _cell_value(fields[g][1].get(k)))
+    # What the runs were (model, predictor, ...) before the hash: like rows sit together.
+    return agg[out_cols].sort_values(["kind", *spec.labels, "config_id", *spec.keys], kind="stable",
+                                     ignore_index=True)

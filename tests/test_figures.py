@@ -3,22 +3,43 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import altair as alt
 import numpy as np
 import pandas as pd
 import pytest
 
-from ema_core.dilution import ALL_RATES, analytic_frame, rate_label
+from ema_core import palette
+from ema_core.config import DilutionConfig
+from ema_core.dilution import ALL_RATES, analytic_frame, measure_identity, rate_label
 from ema_core.figures import (
+    CURVE_WIDTH,
+    ROLE_TITLE_WIDTH,
     SIR_CLIP_DB,
+    SUBTITLE_SIZE,
+    TITLE_SIZE,
+    WIDTH,
     chart_to_png,
     chart_to_svg,
     identity_chart,
     lag_weight_chart,
+    lm_ablation_chart,
+    lm_ablation_frame,
+    lm_curve_chart,
+    lm_curve_frame,
+    probe_control_chart,
+    probe_control_frame,
+    role_accuracy_chart,
+    role_accuracy_frame,
     sir_chart,
+    text_width,
 )
-from ema_core.tables import latex_escape, to_latex_booktabs, to_markdown
+from ema_core.tables import EMPTY, latex_escape, to_latex_booktabs, to_markdown
+from jobs.rundir import RunDir, run_id_for
+from lm_fixture import make_lm_runs
+from store import dilution_accuracy, ingest, lm_curves, lm_final_stats, probe_accuracy_stats, probe_control
+from structure_fixture import make_structure_runs
 
 ALPHAS = (0.5, 0.1, 0.02)
 
@@ -41,9 +62,30 @@ def _spec(chart) -> dict:
     return json.loads(chart.to_json())
 
 
-def _colour_map(spec: dict) -> dict:
-    layers = spec.get("layer", [spec])
-    scale = layers[0]["encoding"]["color"]["scale"]
+def _colour_scales(spec: dict) -> list[dict]:
+    """Every colour scale of a chart, layers, facets and nested layers included."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            scale = node.get("encoding", {}).get("color", {}).get("scale")
+            if scale and "domain" in scale:
+                found.append(scale)
+            for key in ("layer", "spec"):
+                if key in node:
+                    walk(node[key])
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(spec)
+    return found
+
+
+def _colour_map(spec) -> dict:
+    """Series -> colour of a chart's (first) colour scale: its legend, entry by entry."""
+    spec = spec if isinstance(spec, dict) else _spec(spec)
+    scale = _colour_scales(spec)[0]
     return dict(zip(scale["domain"], scale["range"]))
 
 
@@ -53,9 +95,151 @@ def test_charts_build_and_share_colours(analytic, accuracy):
     maps = [_colour_map(_spec(c)) for c in (weights, sir, ident)]
     rates = [rate_label(a) for a in ALPHAS]
     for r in rates:
-        assert maps[0][r] == maps[1][r] == maps[2][r]
-    assert list(maps[0]) == rates + [rate_label(1.0)]  # the order the rates were given
+        assert maps[0][r] == maps[1][r] == maps[2][r] == palette.rate_color(float(r[2:]))
+    assert list(maps[0]) == [rate_label(1.0)] + rates  # fast to slow, whatever order they came in
     assert ALL_RATES in maps[2] and maps[2][ALL_RATES] not in [maps[2][r] for r in rates]
+
+
+def test_a_rate_has_one_colour_on_the_page_and_in_the_exported_figure(tmp_path):
+    # The page draws a measurement with the rates in the sliders' order; the Export page draws the
+    # same rows read back from the store, which returns them sorted by name ("all rates", "α=0.02",
+    # "α=0.1", "α=0.5").  A colour given by position made α = 0.5 blue on one and green on the other.
+    cfg = DilutionConfig(alphas=(0.5, 0.1, 0.02), vocab=16, dim=8, max_lag=4, n_train=512, n_test=256)
+    result = measure_identity(cfg)
+    page = identity_chart(result.accuracy, result.chance)
+
+    home = tmp_path / "home"
+    config = cfg.model_dump(mode="json")
+    rd = RunDir.for_id(run_id_for("dilution", config, cfg.seed), home)
+    rd.create("dilution", config, cfg.seed)
+    rd.write_status(state="done", started="2026-01-01T00:00:00+00:00")
+    rd.write_result({"tables": {"dilution_accuracy": [
+        {**row, "chance": result.chance} for row in result.accuracy.to_dict("records")]}})
+    assert ingest(home)["errors"] == []
+    stored = dilution_accuracy(home=home)
+    assert list(dict.fromkeys(stored["feature"])) != list(dict.fromkeys(result.accuracy["feature"]))
+    exported = identity_chart(stored[["feature", "lag", "accuracy"]], float(stored["chance"].iloc[0]))
+
+    assert _colour_map(page) == _colour_map(exported)
+    assert _colour_map(exported)["α=0.5"] == _colour_map(lag_weight_chart(analytic_frame((0.02, 0.5), 4)))["α=0.5"]
+    assert palette.rate_color(0.5) in chart_to_svg(exported)  # the file drawn with it, too
+
+
+def test_a_series_absent_from_the_data_has_no_legend_entry_and_keeps_its_colour(accuracy):
+    full = _colour_map(identity_chart(accuracy, 1 / 64))
+    only = _colour_map(identity_chart(accuracy[accuracy["feature"] == "α=0.1"], 1 / 64))
+    assert only == {"α=0.1": full["α=0.1"]}
+    # A rate no table knows gets a colour from its value alone: the same wherever it is drawn.
+    odd = [rate_label(0.37), rate_label(0.004)]
+    a = _colour_map(lag_weight_chart(analytic_frame((0.37, 0.004), 3)))
+    b = _colour_map(lag_weight_chart(analytic_frame((0.004, 0.5, 0.37), 3)))
+    assert [a[r] for r in odd] == [b[r] for r in odd] and a[odd[0]] != a[odd[1]]
+
+
+@pytest.fixture(scope="module")
+def lm_store(tmp_path_factory):
+    """Finished lm runs of four variants × two seeds in a store (synthetic rows: instant)."""
+    home = tmp_path_factory.mktemp("figures_lm") / "home"
+    specs = ("gpt", "linear", "softmax_state", "softmax_tokens")
+    return home, make_lm_runs(home, specs, (0, 1), real=False, overrides=dict(steps=1000, eval_every=100))
+
+
+def test_a_variant_has_one_colour_on_every_content_chart(lm_store, monkeypatch):
+    home, runs = lm_store
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    curves = _colour_map(lm_curve_chart(lm_curve_frame(lm_curves(runs))))
+    stats = lm_final_stats(runs)
+    ablation = lm_ablation_chart(lm_ablation_frame(stats), 4.0)
+    points = _colour_map(ablation)
+    assert points and all(curves[v] == c for v, c in points.items())
+    assert set(points) == {"SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"}
+    # What no run read (past trace states) is neither in the legend nor on the axis.
+    spec = json.dumps(_spec(ablation))
+    assert "past trace states" not in spec
+    # Fewer variants: the same colours, and only theirs in the legend.
+    two = _colour_map(lm_curve_chart(lm_curve_frame(lm_curves(runs[4:8]))))
+    assert two == {v: curves[v] for v in two} and len(two) == 2
+
+
+def test_structure_charts_take_the_palette(tmp_path):
+    home = tmp_path / "home"
+    runs = make_structure_runs(home, (0, 1))
+    stats = probe_accuracy_stats(runs, home=home)
+    roles = role_accuracy_frame(stats, "test")
+    full = _colour_map(role_accuracy_chart(roles))
+    assert full == {"SPCN instantaneous": palette.PROBE_COLORS["instantaneous"],
+                    "SPCN traces": palette.PROBE_COLORS["traces"], "BiGRU": palette.PROBE_COLORS["bigru"]}
+    assert _colour_map(role_accuracy_chart(roles[roles["model"] == "BiGRU"])) == {"BiGRU": full["BiGRU"]}
+    control = probe_control_frame(probe_control(runs, home=home))
+    ctrl = _colour_map(probe_control_chart(control[control["condition"] != "untrained SPCN"]))
+    assert ctrl == {"trained SPCN": palette.CONDITION_COLORS["trained"],
+                    "control task": palette.CONDITION_COLORS["control"]}
+
+
+def test_step_axes_are_whole_numbers_with_separators(lm_store, monkeypatch):
+    home, runs = lm_store
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    frame = lm_curve_frame(lm_curves(runs))
+    for log_x in (False, True):
+        svg = chart_to_svg(lm_curve_chart(frame, log_x=log_x, log_y=log_x))
+        labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+        assert not any("e+" in t for t in labels), labels
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", chart_to_svg(lm_curve_chart(frame)))
+    assert "1,000" in labels
+    # The loss axis: the same number of decimals on every tick.
+    spec = _spec(lm_curve_chart(frame, log_y=True))
+    assert spec["layer"][-1]["encoding"]["y"]["axis"]["format"] == ",.1f"
+
+
+def test_log_weight_axis_writes_every_decade_alike(analytic):
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", chart_to_svg(lag_weight_chart(analytic)))
+    decades = [t for t in labels if "e" in t and t[0].isdigit()]
+    assert decades and all(re.fullmatch(r"1e[+-]\d+", t) for t in decades), decades
+    assert "0.000001" not in labels
+
+
+def _measure(text: str, size: int, bold: bool) -> float:
+    """The drawn width of ``text``, with Liberation Sans (Arial's metrics) where installed."""
+    from pathlib import Path
+
+    font = Path("/usr/share/fonts/truetype/liberation") / f"LiberationSans-{'Bold' if bold else 'Regular'}.ttf"
+    if font.exists():
+        from PIL import ImageFont
+
+        return ImageFont.truetype(str(font), size).getlength(text)
+    return text_width(text, size, bold)
+
+
+def _lines(text) -> list[str]:
+    return [text] if isinstance(text, str) else list(text or [])
+
+
+def test_titles_fit_their_charts_and_nothing_is_cut(analytic, accuracy, lm_store, monkeypatch, tmp_path):
+    home, runs = lm_store
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    frame = lm_curve_frame(lm_curves(runs), 0.6)
+    structure = make_structure_runs(tmp_path / "s", (0, 1))
+    stats = probe_accuracy_stats(structure, home=tmp_path / "s")
+    deep = role_accuracy_frame(stats, "deep")
+    charts = [
+        (lag_weight_chart(analytic), WIDTH), (sir_chart(analytic), WIDTH), (identity_chart(accuracy, 1 / 64), WIDTH),
+        (probe_control_chart(probe_control_frame(probe_control(structure, home=tmp_path / "s"))), WIDTH),
+        # One role only: the facets are narrower than any title.
+        (role_accuracy_chart(deep[deep["role"] == "overall"], "deep embedding"), ROLE_TITLE_WIDTH),
+        (lm_curve_chart(frame, log_x=True, log_y=True, subtitle="mean across seeds; faint: each seed; "
+                        "smoothed: EMA 0.6; and a note long enough to need a second line of its own"), CURVE_WIDTH),
+        (lm_ablation_chart(lm_ablation_frame(lm_final_stats(runs)), 4.0), WIDTH),
+    ]
+    for chart, width in charts:
+        title = _spec(chart)["title"]
+        lines = [(t, TITLE_SIZE, True) for t in _lines(title["text"])]
+        lines += [(t, SUBTITLE_SIZE, False) for t in _lines(title.get("subtitle"))]
+        for text, size, bold in lines:
+            assert _measure(text, size, bold) <= width, (text, width)
+        svg = chart_to_svg(chart)
+        assert "…" not in svg  # Vega's mark of a label cut at its limit
+    long = charts[5][0]
+    assert len(_lines(_spec(long)["title"]["subtitle"])) == 2
 
 
 def test_weight_chart_is_log_and_drops_zero_weights(analytic):
@@ -112,10 +296,31 @@ def test_markdown(table):
     assert lines[0] == "| feature | lag | accuracy |"
     assert lines[1] == "| :--- | ---: | ---: |"
     assert len(lines) == 2 + len(table)
-    assert lines[2] == "| α=0.5 | 0 | 1 |"
-    assert "0.1235" in lines[3]
+    # One number of decimals for the whole column, from its largest value: 1.000 beside 0.123.
+    assert lines[2] == "| α=0.5 | 0 | 1.000 |"
+    assert lines[3].endswith("| 0.123 |") and lines[5].endswith("| 0.016 |")
     assert r"#1 \| pipe" in lines[5]  # a bare | would split the cell
     assert lines[4].endswith("|  |")  # NaN is an empty cell
+
+
+def test_numbers_take_one_format_per_column():
+    df = pd.DataFrame({"seed": [12345, 2], "params": [1_234_567, 905_000], "ppl": [148.43, 54.7],
+                       "tiny": [2e-5, 1e-4], "loss": [5.0, 4.9876]})
+    md = to_markdown(df).splitlines()
+    assert md[2] == "| 12345 | 1,234,567 | 148.4 | 2.00e-05 | 5.000 |"  # a seed is a name, not a quantity
+    assert md[3] == "| 2 | 905,000 | 54.7 | 1.00e-04 | 4.988 |"
+    tex = to_latex_booktabs(df)
+    assert "12345 & 1,234,567 & 148.4 & 2.00e-05 & 5.000" in tex
+    # A long table of several metrics: one format per metric, not one for the column.
+    long = pd.DataFrame({"key": ["loss", "ppl", "loss"], "value": [4.25, 148.43, 5.0]})
+    assert to_markdown(long, by="key").splitlines()[2:] == ["| loss | 4.250 |", "| ppl | 148.4 |", "| loss | 5.000 |"]
+
+
+def test_an_empty_table_says_so():
+    df = pd.DataFrame({"run_id": pd.Series([], dtype=object), "accuracy": pd.Series([], dtype=float)})
+    assert to_markdown(df, empty=EMPTY).rstrip().endswith(f"*{EMPTY}*")
+    tex = to_latex_booktabs(df, caption="c", label="tab:x", empty=EMPTY)
+    assert rf"\multicolumn{{2}}{{c}}{{\emph{{{EMPTY}}}}} \\" in tex
 
 
 def test_latex_booktabs(table):

@@ -1,14 +1,18 @@
 """Exports: the three formats, grouped cells, and files only ever inside the export folder."""
+import contextlib
 import errno
 import io
+import json
 import os
 
 import pandas as pd
 import pytest
 
+from jobs import cli
 from jobs.rundir import RunDir, StorageError, run_id_for
+from lm_fixture import make_lm_runs
 from store import export
-from store.export import EXPORT_TABLES, export_table, exports_dir, mean_std, render_table
+from store.export import EMPTY, EXPORT_TABLES, export_table, exports_dir, mean_std, render_table
 from store.ingest import ingest
 
 
@@ -83,6 +87,106 @@ def test_mean_std_text():
     assert mean_std(0.8123, 0.0041) == "0.812 ± 0.004"
     assert mean_std(0.8123, float("nan")) == "0.812"
     assert mean_std(float("nan"), float("nan")) == ""
+    assert mean_std(0.015625, 0.0) == "0.016"  # seeds that agree exactly: a constant, not "± 0.000"
+
+
+def make_run(kind, config, seed, tables, metrics=()):
+    rd = RunDir.for_id(run_id_for(kind, config, seed))
+    rd.create(kind, config, seed)
+    rd.append_events([{"seq": i, "step": 10 * (i + 1), "metrics": m} for i, m in enumerate(metrics)])
+    rd.write_status(state="done", started="2026-01-01T00:00:00+00:00")
+    rd.write_result({"tables": tables})
+    return rd.run_id
+
+
+@pytest.fixture
+def lm_runs(home):
+    """SPEN linear and its GPT, two seeds each, as finished jobs leave them (synthetic rows)."""
+    return make_lm_runs(home, ("gpt", "linear"), (0, 1), real=False)
+
+
+def test_lm_eval_rows_say_which_model_they_are(lm_runs):
+    df = pd.read_csv(io.StringIO(render_table("lm_eval", "csv")))
+    assert list(df.columns)[:8] == ["run_id", "seed", "model", "predictor", "attn_input", "size", "corpus", "params"]
+    assert df["model"].tolist() == ["gpt", "gpt", "spen", "spen"]  # GPT first, as on the Content page
+    assert set(df["size"]) == {"tiny"} and set(df["corpus"]) == {"austen"} and (df["params"] > 0).all()
+    # Grouped, one variant only: nothing differs between the groups, and the row still says what it is.
+    spen = [r for r in lm_runs if r in set(df.loc[df["model"] == "spen", "run_id"])]
+    g = pd.read_csv(io.StringIO(render_table("lm_eval", "csv", run_ids=spen, grouped=True)))
+    assert g[["model", "predictor", "attn_input", "size", "corpus"]].values.tolist() == [
+        ["spen", "linear", "state", "tiny", "austen"]]
+    md = render_table("lm_eval", "markdown", grouped=True)
+    header, rows = md.splitlines()[0], md.splitlines()[2:]
+    assert "| model | predictor | attn_input | size | corpus | params |" in header
+    assert [r.split(" | ")[2] for r in rows] == ["gpt", "spen"]
+    assert all(f"| {int(p):,} |" in md for p in df["params"])  # parameter counts with separators
+
+
+def test_run_tables_show_the_settings_that_vary(home):
+    ids = [make_run("probe", {"width": w, "lr": 0.1}, seed, {"probe_accuracy": [
+        {"role": "subject", "feature_set": "traces", "split": "test", "accuracy": acc}]},
+        metrics=[{"loss": acc}]) for w, seed, acc in [(8, 0, 0.8), (8, 1, 0.9), (16, 0, 0.95)]]
+    ids.append(make_run("dilution", {"alphas": [0.5, 0.1], "vocab": 16}, 0, {"dilution_accuracy": [
+        {"feature": "α=0.5", "lag": 1, "accuracy": 0.5, "chance": 0.0625}]}, metrics=[{"loss": 2.0}]))
+    ingest()
+    probe = pd.read_csv(io.StringIO(render_table("probe_accuracy", "csv")))
+    # width tells the probe runs apart (lr does not differ); nothing of the dilution run's config leaks in.
+    assert list(probe.columns) == ["run_id", "seed", "width", "role", "feature_set", "split", "accuracy"]
+    assert sorted(probe["width"]) == [8, 8, 16]
+    final = pd.read_csv(io.StringIO(render_table("metrics_final", "csv")))
+    assert list(final.columns) == ["run_id", "seed", "kind", "width", "key", "step", "value"]
+    assert final.set_index("run_id").loc[ids[3], "kind"] == "dilution"
+    assert pd.isna(final.set_index("run_id").loc[ids[3], "width"])  # not a setting of a dilution run
+    # Runs that differ only by seed add nothing: run_id and seed tell them apart.
+    assert "width" not in pd.read_csv(io.StringIO(render_table("probe_accuracy", "csv", run_ids=ids[:2]))).columns
+
+
+@pytest.fixture
+def dilution_runs(home):
+    rows = {0: [(0, 1.0), (1, 0.25), (2, 0.0625)], 1: [(0, 1.0), (1, 0.3125), (2, 0.125)]}
+    ids = [make_run("dilution", {"alphas": [0.5], "vocab": 16}, seed, {"dilution_accuracy": [
+        {"feature": "α=0.5", "lag": lag, "accuracy": acc, "chance": 1 / 16} for lag, acc in r]})
+        for seed, r in rows.items()]
+    ingest()
+    return ids
+
+
+def test_one_number_format_per_column_and_constants_alone(dilution_runs):
+    md = render_table("dilution_accuracy", "markdown").splitlines()
+    col = md[0].split(" | ").index("accuracy")
+    assert sorted(line.split(" | ")[col] for line in md[2:]) == ["0.062", "0.125", "0.250", "0.312", "1.000", "1.000"]
+    grouped = render_table("dilution_accuracy", "markdown", grouped=True)
+    assert "| 0.281 ± 0.044 |" in grouped and "| 1.000 |" in grouped  # the seeds agree at lag 0
+    assert "| 0.0625 |" in grouped and "± 0.0000" not in grouped and "± 0.000 " not in grouped  # chance
+
+
+def test_latex_has_a_caption_and_a_label(dilution_runs):
+    tex = render_table("dilution_accuracy", "latex")
+    assert tex.startswith(r"\begin{table}") and tex.rstrip().endswith(r"\end{table}")
+    assert r"\label{tab:dilution_accuracy}" in tex
+    caption = next(line for line in tex.splitlines() if line.startswith(r"\caption{"))
+    assert "Identity decoding accuracy" in caption and "from 2 runs; seeds 0, 1" in caption
+    grouped = render_table("dilution_accuracy", "latex", grouped=True)
+    assert r"\label{tab:dilution_accuracy_grouped}" in grouped and r"mean $\pm$ std across seeds" in grouped
+    assert "from 2 runs; seeds 0, 1" in grouped
+
+
+def test_an_empty_export_says_it_is_empty(home):
+    header = "run_id,seed,model,predictor,attn_input,size,corpus,params,split,loss,ppl,bpb"
+    assert render_table("lm_eval", "csv").strip() == header  # CSV: the header alone
+    assert render_table("lm_eval", "markdown").rstrip().endswith(f"*{EMPTY}*")
+    tex = render_table("lm_eval", "latex", grouped=True)
+    assert EMPTY in tex and r"\caption{" in tex and "no runs yet" in tex and r"\label{tab:lm_eval_grouped}" in tex
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(["export", "--table", "probe_accuracy", "--format", "csv"])
+    assert rc == 0 and out.getvalue().rstrip().endswith(f"({EMPTY})"), (out.getvalue(), err.getvalue())
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(["export", "--table", "probe_accuracy", "--format", "latex", "--json"])
+    report = json.loads(out.getvalue())
+    assert rc == 0 and report["rows"] == 0 and report["empty"] is True and EMPTY in err.getvalue()
+    assert EMPTY in (exports_dir() / "probe_accuracy.tex").read_text(encoding="utf-8")
 
 
 def test_every_table_exports_in_every_format(runs):

@@ -16,7 +16,8 @@ from structure_fixture import make_structure_runs, split_roles
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/structure.py"
-TIMEOUT = 60
+# Liveness only: a script run that has not ended by then is stuck, however busy the machine.
+TIMEOUT = 600
 SEEDS = (0, 1, 2)
 
 
@@ -135,7 +136,8 @@ def test_the_paper_table_holds_the_papers_numbers_beside_ours(runs):
     assert table.loc["Within grammar: probe on traces", "paper"] == "0.960"
     assert table.loc["Within grammar: probe on traces", "ours"] == ours("traces")
     assert table.loc["Novel vocabulary, agent determiners: SPCN", "paper"] == "1.000"
-    assert table.loc["Novel vocabulary, agent determiners: SPCN", "ours"] == "1.000 ± 0.000"
+    # Every seed scores 1 exactly: the value alone, not "± 0.000".
+    assert table.loc["Novel vocabulary, agent determiners: SPCN", "ours"] == "1.000"
     assert table.loc["Novel vocabulary, agent determiners: BiGRU", "paper"] == "0.759"
     assert table.loc["Novel vocabulary, agent determiners: BiGRU", "ours"] == ours("bigru", "novel", "agent_det")
     # A ratio is formed per seed, then averaged.
