@@ -5,12 +5,14 @@ open it at all).  They write their run folder; ``store.ingest`` is the only writ
 
 Layout of ``$EMALAB_HOME/runs/<run_id>/``::
 
-    config.json     {"run_id", "kind", "config", "seed", "created", "code_version", "host"}
-                    written once, atomically
+    config.json     {"run_id", "kind", "config", "seed", "preset", "created", "code_version", "host"}
+                    written once, atomically ("preset": the one it was launched with, or null;
+                    runs made before it was recorded lack the key)
     status.json     {"state", "pid", "backend", "started", "ended", "heartbeat", "progress",
                      "eta_s", "message", "step"}  replaced atomically on every update
     events.jsonl    one JSON object per line {"seq", "step", "time", "metrics": {key: value}},
-                    append-only; ``seq`` counts from 0 and makes ingest idempotent
+                    append-only; ``seq`` counts from 0 and makes ingest idempotent; an event may
+                    carry a "message" instead of metrics (a damaged checkpoint passed over on resume)
     result.json     the final result {"summary": {...}, "tables": {name: [row, ...]}}, atomic
     checkpoints/    step-<n>.pt, written atomically, the newest few kept
     log.txt         the worker's stdout/stderr
@@ -51,6 +53,55 @@ class StorageError(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint exists but cannot be loaded."""
+
+
+class DamagedRunError(ValueError):
+    """A file of a run folder is not what EMA Lab writes there; the message is one line naming it."""
+
+
+_JSON_TYPES = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+
+
+def read_json_object(path: Path, required: dict[str, type] | None = None) -> dict:
+    """The JSON object in ``path``, with ``required`` keys of the given types.
+
+    Raises ``FileNotFoundError`` when there is no file, and ``DamagedRunError`` for one that is
+    empty, not UTF-8 text, not JSON, not an object, or lacks a key: files are written atomically,
+    so such a file was cut or replaced by something else, and waiting will not mend it.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise DamagedRunError(f"{path} cannot be read: {exc.strerror or exc}") from exc
+    problem = None
+    if not raw.strip():
+        problem = "empty"
+    else:
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problem = "not text (binary data)"
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        except ValueError as exc:  # a number with more digits than Python converts
+            problem = f"not JSON ({exc})"
+        except RecursionError:
+            problem = "not JSON (nested too deep)"
+        else:
+            if not isinstance(obj, dict):
+                problem = f"not a JSON object but {_JSON_TYPES.get(type(obj), type(obj).__name__)}"
+            else:
+                for key, kind in (required or {}).items():
+                    value = obj.get(key)
+                    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+                        problem = f"its {key!r} is missing or not {_JSON_TYPES.get(kind, 'an object')}"
+                        break
+                else:
+                    return obj
+    raise DamagedRunError(f"{path} is damaged: {problem}")
 
 
 def runs_root(home: Path | None = None) -> Path:
@@ -171,10 +222,14 @@ class RunDir:
         return self.config_path.exists()
 
     # -- config and status -------------------------------------------------------------------
-    def create(self, kind: str, config: dict, seed: int) -> dict:
-        """Write config.json and a queued status; an existing identical run is left as it is."""
-        record = {"run_id": self.run_id, "kind": kind, "config": config, "seed": seed, "created": now_iso(),
-                  "code_version": code_version(), "host": socket.gethostname()}
+    def create(self, kind: str, config: dict, seed: int, preset: str | None = None) -> dict:
+        """Write config.json and a queued status; an existing identical run is left as it is.
+
+        ``preset`` only says how the config was chosen (the job list shows what differs from it):
+        the same config reached from another preset is the same run.
+        """
+        record = {"run_id": self.run_id, "kind": kind, "config": config, "seed": seed, "preset": preset,
+                  "created": now_iso(), "code_version": code_version(), "host": socket.gethostname()}
         if self.exists():
             old = self.read_config()
             if (old["kind"], old["config"], old["seed"]) != (kind, config, seed):
@@ -189,13 +244,16 @@ class RunDir:
         return record
 
     def read_config(self) -> dict:
-        return json.loads(self.config_path.read_text())
+        """config.json; ``DamagedRunError`` when it is not the object :meth:`create` writes."""
+        return read_json_object(self.config_path, {"kind": str, "seed": int, "config": dict})
 
     def read_status(self) -> dict:
+        # Rewritten on every update: a damaged one is as good as none, and the next update replaces it.
         try:
-            return json.loads(self.status_path.read_text())
-        except (OSError, json.JSONDecodeError):
+            status = json.loads(self.status_path.read_text())
+        except (OSError, ValueError, RecursionError):
             return {}
+        return status if isinstance(status, dict) else {}
 
     def write_status(self, **fields: Any) -> dict:
         status = self.read_status()
@@ -251,8 +309,9 @@ class RunDir:
         atomic_write(self.result_path, json.dumps(result, sort_keys=True))
 
     def read_result(self) -> dict | None:
+        """result.json, or None before the run has one; ``DamagedRunError`` when it is not a JSON object."""
         try:
-            return json.loads(self.result_path.read_text())
+            return read_json_object(self.result_path)
         except FileNotFoundError:
             return None
 
@@ -297,12 +356,26 @@ class RunDir:
         except Exception as exc:  # torch raises many types for a bad file
             raise CheckpointError(f"checkpoint {path.name} of run {self.run_id} cannot be loaded: {exc}") from exc
 
-    def latest_checkpoint(self) -> tuple[int, dict] | None:
-        ckpts = self.checkpoints()
-        if not ckpts:
-            return None
-        step, path = ckpts[-1]
-        return step, self.load_checkpoint(path)
+    def latest_checkpoint(self, passed_over: list[str] | None = None) -> tuple[int, dict] | None:
+        """The newest checkpoint that loads, as ``(step, state)``; None when there is none.
+
+        A damaged one (cut, overwritten) is passed over for the one before it, and what is wrong
+        with it appended to ``passed_over``: the run resumes from further back, to the same end.
+        When none loads, the newest one's ``CheckpointError`` is raised.
+        """
+        errors: list[CheckpointError] = []
+        for step, path in reversed(self.checkpoints()):
+            try:
+                state = self.load_checkpoint(path)
+            except CheckpointError as exc:
+                errors.append(exc)
+                continue
+            if passed_over is not None:
+                passed_over.extend(str(e) for e in errors)
+            return step, state
+        if errors:
+            raise errors[0]
+        return None
 
     # -- cancel --------------------------------------------------------------------------------
     def request_cancel(self) -> None:

@@ -2,12 +2,22 @@
 
 Workers never open the store; they write run folders (``jobs.rundir``), and ``ingest`` copies
 them in.  Pages and the CLI read through ``queries`` and ``export``.
+
+Damage is said, never repaired:
+
+- a store file DuckDB cannot read whole (cut short, a block that fails its checksum) raises
+  ``DamagedStoreError`` in one line naming the file, and is never opened for writing;
+- a run whose ``result.json`` cannot be read (empty, binary, not JSON, not an object) is an ingest
+  error naming the file; its ``runs`` row keeps the summary of the last good result, and its
+  ``message`` starts with ``"damaged: "`` (``ingest.DAMAGED``) followed by the problem, until a
+  readable result is back.
 """
 from jobs.rundir import StorageError
 
-from .db import (ForeignStoreError, NotAStoreError, StoreBusy, StoreError, StoreVersionError, check, migrate,
-                 migrate_store, open_store, store_path)
-from .export import EXPORT_TABLES, FORMATS, export_table, exports_dir, mean_std_cells, render_table, table_frame
+from .db import (DamagedStoreError, ForeignStoreError, NotAStoreError, StoreBusy, StoreError, StoreVersionError,
+                 check, migrate, migrate_store, open_store, store_path)
+from .export import (EMPTY, EXPORT_TABLES, FORMATS, export_table, exports_dir, mean_std_cells, render_table,
+                     table_frame)
 from .ingest import ResultError, ingest, record_bench
 from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, dilution_accuracy, final_metrics,
                       grouped, list_runs, lm_ablation, lm_curves, lm_eval, lm_final_stats, lm_runs, metric_keys,
@@ -16,7 +26,8 @@ from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, 
 from .schema import SCHEMA_VERSION
 
 __all__ = [
-    "EXPORT_TABLES", "FORMATS", "ForeignStoreError", "GROUPABLE", "NotAStoreError", "ResultError",
+    "DamagedStoreError", "EMPTY", "EXPORT_TABLES", "FORMATS", "ForeignStoreError", "GROUPABLE", "NotAStoreError",
+    "ResultError",
     "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError", "bench_figures", "check",
     "config_id", "config_without_seed", "probe_accuracy_stats", "probe_control", "structure_headlines",
     "dilution_accuracy", "export_table", "exports_dir", "final_metrics", "grouped", "ingest", "list_runs",

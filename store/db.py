@@ -13,8 +13,9 @@ So every connection here is short-lived and taken in this order:
    says so in words.
 
 Before anything writes, the file is opened read-only and checked, so a file from a newer EMA Lab,
-another program's DuckDB file, or something that is not DuckDB at all is refused and left
-byte-for-byte as it was.
+another program's DuckDB file, something that is not DuckDB at all, or a store cut shorter than
+the blocks its tables use is refused and left byte-for-byte as it was.  A query that meets damage
+DuckDB finds only when it reads a block (a failed checksum) ends in ``DamagedStoreError`` too.
 """
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ class ForeignStoreError(StoreError):
 
 class NotAStoreError(StoreError):
     """The file is not a DuckDB database this DuckDB can read; it is left untouched."""
+
+
+class DamagedStoreError(StoreError):
+    """The file is a DuckDB database that cannot be read whole (cut short, corrupted); it is left untouched."""
 
 
 def store_path(home: Path | None = None) -> Path:
@@ -161,6 +166,22 @@ def _storage_problem(exc: Exception, path: Path) -> StorageError | None:
     return None
 
 
+def _damaged(path: Path, detail: Exception | str) -> DamagedStoreError:
+    detail = str(detail).removeprefix("IO Error: ").replace(f' from file "{path}"', "").replace(f'"{path}"', "the file")
+    return DamagedStoreError(f"the store {path} is damaged or unreadable ({detail}); it is left untouched: restore "
+                             "it from a backup, or move it away and the next ingest rebuilds it from the run folders")
+
+
+def _unreadable(exc: Exception, path: Path) -> StoreError | StorageError | None:
+    """A DuckDB error met while reading or writing an open store, in words; None for any other error."""
+    if not isinstance(exc, duckdb.Error):
+        return None
+    problem = _storage_problem(exc, path)
+    if problem is None and (isinstance(exc, duckdb.IOException) or "Corrupt database file" in str(exc)):
+        problem = _damaged(path, exc)
+    return problem
+
+
 def _open_error(exc: Exception, path: Path) -> StoreError | StorageError:
     msg = str(exc)
     if "not a valid DuckDB database file" in msg:
@@ -169,7 +190,41 @@ def _open_error(exc: Exception, path: Path) -> StoreError | StorageError:
     if "version" in msg.lower() and "database file" in msg.lower():
         return NotAStoreError(f"{path} was written by a different DuckDB version than this one "
                               f"({duckdb.__version__}); left untouched: {msg}")
-    return _storage_problem(exc, path) or StoreError(f"cannot open the store {path}: {msg}")
+    return _unreadable(exc, path) or StoreError(f"cannot open the store {path}: {msg}")
+
+
+# DuckDB's file: three 4 KiB headers, then whole blocks; a table's data lies in the blocks its
+# segments name.  DuckDB reads a data block only when a query needs it, so a file cut short opens
+# and answers the catalogue; only a query that reaches a missing block fails (or a writer appends
+# after the gap, and the damage can no longer be seen from the length).
+_FILE_HEADERS = 3 * 4096
+
+
+def _check_whole(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Raise ``DamagedStoreError`` when the file is shorter than the blocks its tables use."""
+    try:
+        on_disk, block = conn.execute(
+            "SELECT d.path, s.block_size FROM duckdb_databases() d JOIN pragma_database_size() s "
+            "USING (database_name) WHERE database_name = current_database()").fetchone()
+        if on_disk is None:
+            return  # the in-memory stand-in for a store not yet initialised
+        size = path.stat().st_size
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()]
+        last = -1
+        for t in tables:
+            used = conn.execute("SELECT max(greatest(block_id, coalesce(list_max(additional_block_ids), -1))) "
+                                "FROM pragma_storage_info(?)", [t]).fetchone()[0]
+            last = max(last, -1 if used is None else int(used))
+    except duckdb.Error as exc:
+        raise _unreadable(exc, path) or _damaged(path, exc) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc.strerror or exc}") from exc
+    need = _FILE_HEADERS + (last + 1) * block
+    if size < need:
+        raise _damaged(path, f"cut short: {size} bytes, where its tables' blocks end at byte {need}")
+    if (size - _FILE_HEADERS) % block:  # DuckDB writes whole blocks only
+        raise _damaged(path, f"cut short: {size} bytes, not a whole number of {block}-byte blocks")
 
 
 def _busy(path: Path, timeout: float, why: str) -> StoreBusy:
@@ -281,9 +336,12 @@ def _open_for_reading(home: Path, deadline: float, timeout: float) -> tuple[duck
     try:
         kind, version = _inspect(conn)
         _refuse(kind, version, path)
-    except BaseException:
+    except BaseException as exc:
         conn.close()
-        raise
+        problem = _unreadable(exc, path)
+        if problem is None:
+            raise
+        raise problem from exc
     if kind == "empty" or version < current_version():
         conn.close()
         return (_empty_store(), False) if kind == "empty" else (None, True)
@@ -301,6 +359,12 @@ def _read_session(home: Path, deadline: float, timeout: float) -> Iterator[duckd
             if not stale:
                 try:
                     yield conn
+                except duckdb.Error as exc:
+                    # A query that reaches a block the file no longer holds: said as such, in one line.
+                    problem = _unreadable(exc, path)
+                    if problem is None:
+                        raise
+                    raise problem from exc
                 finally:
                     conn.close()
                 return
@@ -337,6 +401,9 @@ def _write_session(home: Path, deadline: float, timeout: float,
                 probe = _connect(path, True, deadline, timeout)
                 try:
                     _refuse(*_inspect(probe), path)
+                    _check_whole(probe, path)  # a writer would append after the gap and hide it
+                except duckdb.Error as exc:
+                    raise _unreadable(exc, path) or StoreError(f"cannot read the store {path}: {exc}") from exc
                 finally:
                     probe.close()
             conn = _connect(path, False, deadline, timeout)
@@ -349,14 +416,14 @@ def _write_session(home: Path, deadline: float, timeout: float,
                 # The first error is the one to report, not a second one from closing.
                 with contextlib.suppress(duckdb.Error):
                     conn.close()
-                problem = _storage_problem(exc, path) if isinstance(exc, duckdb.Error) else None
+                problem = _unreadable(exc, path)
                 if problem is None:
                     raise
                 raise problem from exc
             try:
                 conn.close()  # checkpoints the write-ahead log into the file
             except duckdb.Error as exc:
-                raise _storage_problem(exc, path) or StoreError(f"closing {path} failed: {exc}") from exc
+                raise _unreadable(exc, path) or StoreError(f"closing {path} failed: {exc}") from exc
         finally:
             lock.release()
     finally:
@@ -372,8 +439,8 @@ def open_store(readonly: bool = True, home: Path | None = None,
     older file is migrated first.  ``readonly=False``: creates and migrates the file as needed; use
     it only from ``store.ingest``.  Raises ``StoreBusy`` after ``timeout`` seconds (default
     ``$EMALAB_STORE_TIMEOUT`` or 30) of waiting, ``StoreVersionError``/``ForeignStoreError``/
-    ``NotAStoreError`` for a file that is not ours to use, and ``StorageError`` when the data folder
-    cannot be written.
+    ``NotAStoreError`` for a file that is not ours to use, ``DamagedStoreError`` for one that cannot
+    be read whole, and ``StorageError`` when the data folder cannot be written.
     """
     home = Path(home or emalab_home())
     timeout = default_timeout() if timeout is None else float(timeout)
@@ -409,6 +476,7 @@ def check(home: Path | None = None, timeout: float | None = None) -> dict:
     report["size_bytes"] = path.stat().st_size
     try:
         with open_store(readonly=True, home=home, timeout=timeout) as conn:
+            _check_whole(conn, path)
             report["schema_version"] = schema_version(conn)
             report["migrations"] = [
                 {"version": v, "name": n, "applied_at": a.isoformat() if a else None}
@@ -423,7 +491,9 @@ def check(home: Path | None = None, timeout: float | None = None) -> dict:
                 report["tables"][t] = conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
             report["problems"] = _integrity(conn, home)
     except (StoreError, StorageError) as exc:
+        # The store cannot be used at all (not the integrity problems above): the one thing to say.
         report["problems"].append(str(exc))
+        report["error"] = str(exc)
     report["ok"] = not report["problems"]
     return report
 

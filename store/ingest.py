@@ -35,6 +35,7 @@ from .db import _storage_problem, open_store
 
 _RUN_COLUMNS = ("kind", "config", "seed", "status", "created_at", "started_at", "ended_at",
                 "code_version", "host", "summary", "message")
+DAMAGED = "damaged: "  # starts runs.message while a run's result.json cannot be read (see the store's docstring)
 
 
 class ResultError(ValueError):
@@ -147,25 +148,32 @@ def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None
 
     try:
         cfg = rd.read_config()
-        if not isinstance(cfg, dict) or not cfg.get("kind"):
-            raise ValueError("no 'kind'")
-    except (OSError, ValueError) as exc:
+        if not cfg.get("kind"):
+            raise ValueError(f"{rd.config_path} is damaged: its 'kind' is empty")
+    except ValueError as exc:  # the reader's message names the file and what is wrong
+        return fail(str(exc))
+    except OSError as exc:
         return fail(f"config.json cannot be read: {exc}")
     if cfg.get("run_id", rd.run_id) != rd.run_id:
         return fail(f"config.json names run {cfg.get('run_id')!r}, but its folder is {rd.run_id!r}")
     status = rd.read_status()
+    damage = None
     try:
         result = rd.read_result()
     except (OSError, ValueError) as exc:
-        # Written atomically, so a torn file means something else wrote it: say so, retry next pass.
-        fail(f"result.json cannot be read: {exc}")
-        result = None
-    if result is not None and not isinstance(result, dict):
-        fail("result.json is not a JSON object")
+        # Written atomically, so a damaged file means something else wrote it: say so, retry next pass.
+        damage = str(exc) if isinstance(exc, ValueError) else f"{rd.result_path} cannot be read: {exc}"
+        fail(damage)
         result = None
 
     row = _run_row(cfg, status, result)
     known_row = known[:len(_RUN_COLUMNS)] if known else None
+    if damage is not None:
+        # The last good summary stays (a damaged file is no evidence the run changed); the message
+        # marks the run damaged until a readable result.json is back.
+        kept = {"summary": known_row[_RUN_COLUMNS.index("summary")] if known_row else None,
+                "message": DAMAGED + damage}
+        row = tuple(kept.get(name, value) for name, value in zip(_RUN_COLUMNS, row))
     offset, result_done, bad_total = (known[len(_RUN_COLUMNS):] if known else (None, None, None))
     offset, result_done, bad_total = offset or 0, bool(result_done), bad_total or 0
 

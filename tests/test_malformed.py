@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import math
 import os
 from pathlib import Path
@@ -196,7 +197,7 @@ def world(tmp_path_factory):
     runner = LocalRunner(home=home, slots=1)
     try:
         run_id = runner.submit("dilution", TINY)
-        assert runner.wait(run_id, timeout=120) == "done", runner.logs(run_id)
+        assert runner.wait(run_id, timeout=600) == "done", runner.logs(run_id)
     finally:
         runner.close()
     report = ingest(home=home)
@@ -396,3 +397,182 @@ def test_a_good_export_target_is_written(world, tmp_path, monkeypatch):
     assert rc == 0, err.getvalue()
     written = copy / "exports" / "sub" / "ok.tex"
     assert out.getvalue().strip() == str(written) and "\\toprule" in written.read_text(encoding="utf-8")
+
+
+# --- damaged files: one line naming the file, a non-zero exit, nothing changed -----------------------
+
+
+def _main(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(argv)  # a SystemExit or any other exception fails the test
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _one_line_failure(argv: list[str], *names: str) -> str:
+    rc, out, err = _main(argv)
+    assert rc == 1 and out == "", (argv, rc, out, err)
+    assert err.startswith("emalab: ") and len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err)
+    for name in names:
+        assert name in err, (argv, name, err)
+    return err
+
+
+@pytest.fixture
+def copy_home(world, tmp_path, monkeypatch):
+    """A copy of the module's data folder (one done run, ingested) that a test may damage."""
+    import shutil
+
+    copy = tmp_path / "home"
+    shutil.copytree(world[1], copy, symlinks=True)
+    monkeypatch.setenv("EMALAB_HOME", str(copy))
+    return copy
+
+
+def test_a_store_cut_short_is_refused_and_left_as_it_is(copy_home):
+    store = copy_home / "emalab.duckdb"
+    with open(store, "r+b") as fh:
+        fh.truncate(store.stat().st_size // 2)
+    before = _snapshot(copy_home)
+    for argv in (["export", "--table", "runs", "--format", "csv"], ["store", "check"], ["store", "migrate"],
+                 ["store", "migrate", "--json"]):
+        err = _one_line_failure(argv, str(store), "damaged")
+        assert _snapshot(copy_home) == before, (argv, err)
+    rc, out, _ = _main(["store", "check", "--json"])  # the report, saying so
+    assert rc == 1 and "damaged" in json.loads(out)["error"]
+    assert _snapshot(copy_home) == before
+
+
+def test_a_run_with_a_damaged_config_is_listed_as_damaged_and_hides_no_other(world, copy_home):
+    import shutil
+
+    from jobs.runner import LocalRunner
+
+    good = world[2]
+    bad = good[:-1] + "9"  # another run folder beside it
+    shutil.copytree(copy_home / "runs" / good, copy_home / "runs" / bad)
+    config = copy_home / "runs" / bad / "config.json"
+    config.write_text('{"run_id": "' + bad + '", "kind": ')
+    before = _snapshot(copy_home)
+
+    rows = {r["run_id"]: r for r in LocalRunner(home=copy_home).list()}
+    assert rows[good]["state"] == "done"
+    assert rows[bad]["state"] == "damaged" and str(config) in rows[bad]["message"], rows[bad]
+    assert "not JSON" in rows[bad]["message"] and "\n" not in rows[bad]["message"]
+
+    rc, out, err = _main(["jobs", "list", "--json"])
+    assert rc == 0, err
+    listed = {r["run_id"]: r for r in json.loads(out)["jobs"]}
+    assert listed[good]["state"] == "done" and listed[bad]["state"] == "damaged"
+    rc, out, err = _main(["jobs", "list"])
+    assert rc == 0 and good in out and bad in out and "damaged" in out, (out, err)
+    _one_line_failure(["jobs", "show", bad], str(config))
+    assert _snapshot(copy_home) == before
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b'{"summary": {"x": 1}, "tables": ', "not JSON"),
+    (b'[{"summary": {"x": 1}}]', "not a JSON object"),
+    (bytes(range(128, 256)) * 4, "not text"),
+    (b"", "empty"),
+])
+def test_a_damaged_result_is_said_and_keeps_the_stored_summary(world, copy_home, content, problem):
+    from store import ingest, open_store
+
+    run_id = world[2]
+    result = copy_home / "runs" / run_id / "result.json"
+    with open_store(home=copy_home) as conn:
+        (summary,) = conn.execute("SELECT summary FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    assert summary is not None
+    result.write_bytes(content)
+    before = _snapshot(copy_home)
+    _one_line_failure(["jobs", "show", run_id], str(result), problem)
+    assert _snapshot(copy_home) == before
+
+    report = ingest(home=copy_home)
+    assert [e["run_id"] for e in report["errors"]] == [run_id], report
+    assert str(result) in report["errors"][0]["error"] and problem in report["errors"][0]["error"]
+    with open_store(home=copy_home) as conn:
+        status, kept, message = conn.execute("SELECT status, summary, message FROM runs WHERE run_id = ?",
+                                             [run_id]).fetchone()
+    assert status == "done" and kept == summary  # the last good summary, not NULL
+    assert message.startswith("damaged: ") and str(result) in message
+
+
+def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch):
+    # Two rates and "all" are three decoders: checkpoints at steps 20, 40, ..., the newest two kept.
+    from jobs.rundir import RunDir
+    from jobs.runner import LocalRunner
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    runner = LocalRunner(home=home, slots=1)
+    try:
+        run_id = runner.submit("dilution", {**TINY, "alphas": (0.5, 0.1)})
+        assert runner.wait(run_id, timeout=600) == "done", runner.logs(run_id)
+        rd = RunDir.for_id(run_id, home)
+        whole = rd.read_result()
+        (older, _), (newest_step, newest) = rd.checkpoints()[-2:]
+        # As if the worker had died after its last checkpoint, and that checkpoint had been cut.
+        rd.result_path.unlink()
+        rd.write_status(state="crashed", message="worker process died")
+        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+        rc, out, err = _main(["jobs", "resume", run_id])
+        assert rc == 0, err
+        assert runner.wait(run_id, timeout=600) == "done", runner.logs(run_id)
+    finally:
+        runner.close()
+    resumed = rd.read_result()
+    assert resumed["tables"] == whole["tables"]  # ==, not approximately
+    assert {k: v for k, v in resumed["summary"].items() if k != "seconds"} == \
+        {k: v for k, v in whole["summary"].items() if k != "seconds"}
+    assert f"resuming from checkpoint step {older}" in runner.logs(run_id) and newest.name in runner.logs(run_id)
+    notes = [e for e in rd.read_events()[0] if e.get("message")]
+    assert len(notes) == 1 and notes[0]["step"] == older and newest.name in notes[0]["message"], notes
+    assert older < newest_step
+
+
+def test_settings_that_cannot_work_are_refused_before_anything_is_written(world):
+    text = _refused(["run", "lm", "--preset", "quick", "--set", "tokenizer=/missing/tokenizer.json"], world)
+    assert text.startswith("emalab: error: tokenizer:") and "/missing/tokenizer.json" in text, text
+    text = _refused(["run", "lm", "--preset", "quick", "--set", f"tokenizer={world[0] / 'outside'}"], world)
+    assert text.startswith("emalab: error: tokenizer:"), text  # a folder without a tokenizer.json
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a CUDA device")
+def test_a_cuda_device_that_is_not_there_is_refused(world):
+    kinds = [kind for kind, exp in REGISTRY.items() if "device" in exp.config_cls.model_fields]
+    assert kinds  # lm has one; any other kind that gains one is checked too
+    for kind in kinds:
+        text = _refused(["run", kind, "--set", "device=cuda"], world)
+        assert text.startswith("emalab: error: device:") and "CUDA" in text, text
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 3), (2, 5, 0), (0, 5, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_empty_batches_and_channels_scan_to_empty_traces(shape, dtype, with_state):
+    import numpy as np
+    import torch
+
+    from ema_core.scan import ema_scan
+
+    alphas = [0.5, 0.1]
+    B, T, D = shape
+    x = np.zeros(shape, dtype)
+    h0 = np.zeros((B, len(alphas), D), dtype) if with_state else None
+    reset = np.zeros((B, T), bool) if with_state else None
+    got = {}
+    for backend in ("reference", "numba", "torch"):
+        traces, h_last = ema_scan(x, alphas, h0, reset, backend=backend)
+        assert tuple(traces.shape) == (B, T, len(alphas), D), backend
+        assert tuple(h_last.shape) == (B, len(alphas), D), backend
+        got[backend] = (traces, h_last)
+    assert got["numba"][0].dtype == got["numba"][1].dtype == np.dtype(dtype)
+    assert got["torch"][0].dtype == got["torch"][1].dtype == getattr(torch, dtype)
+    assert got["reference"][0].dtype == np.float64  # the reference always computes in float64
+    xt = torch.zeros(shape, dtype=getattr(torch, dtype), requires_grad=True)  # and gradients still flow
+    traces, h_last = ema_scan(xt, alphas, None if h0 is None else torch.from_numpy(h0),
+                              None if reset is None else torch.from_numpy(reset))
+    (traces.sum() + h_last.sum()).backward()
+    assert xt.grad is not None and xt.grad.shape == xt.shape

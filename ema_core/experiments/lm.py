@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import field_like
 from ema_core.experiments.protocol import Experiment, Reporter
@@ -64,6 +64,17 @@ class LMConfig(BaseModel):
     device: str = Field("auto", description="auto (CUDA when present), cpu or cuda")
     threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default)")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the initialisation and of the batches")
+
+    @field_validator("device")
+    @classmethod
+    def _device_present(cls, v: str) -> str:
+        # Refused with the config, before a run folder exists, rather than by the run a moment later.
+        if v == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("no CUDA device is visible on this machine; use auto or cpu")
+        return v
 
     @model_validator(mode="after")
     def _choices(self) -> "LMConfig":

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ema_core.paths import PROJECT_ROOT, cache_home
 
@@ -116,6 +116,20 @@ class LMDataConfig(BaseModel):
                            description='"bpe": byte-level BPE trained on the training split; else a tokenizer '
                                        'JSON file or a hub tokenizer name')
     vocab_size: int = Field(8192, ge=257, le=262_144, description="BPE vocabulary (256 bytes + EOT + merges)")
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_file(cls, v: str) -> str:
+        # A path that is not there fails at config time, so `emalab run` refuses it before a run
+        # folder exists (a hub name is only tried when the run starts: it may need the network).
+        path = Path(v.strip()).expanduser()
+        if v.strip() == "bpe" or not (_looks_like_path(v.strip()) or path.exists()):
+            return v
+        if path.is_dir() and not (path / "tokenizer.json").is_file():
+            raise ValueError("a folder without a tokenizer.json")
+        if not path.exists():
+            raise ValueError("no such tokenizer file")
+        return v
 
     @model_validator(mode="after")
     def _austen_novel(self) -> LMDataConfig:

@@ -146,6 +146,8 @@ def ema_scan_numba(x: np.ndarray, alphas: np.ndarray, h0=None, reset=None, out: 
         out = np.empty((B, T, K, D), x.dtype)
     elif out.shape != (B, T, K, D) or out.dtype != x.dtype or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous {x.dtype} array of shape {(B, T, K, D)}, got {out.dtype} {out.shape}")
+    if B == 0 or D == 0:  # nothing to scan (and no work to plan: the plan divides by B and D)
+        return out, h0a.copy()
     block, nseg = _plan(B, T, D, get_num_threads())
     if segments is not None:
         block, nseg = D, max(1, min(int(segments), T))

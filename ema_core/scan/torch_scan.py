@@ -240,5 +240,11 @@ def ema_scan_torch(x: torch.Tensor, alphas, h0=None, reset=None, chunk: int = DE
     xc = x.to(cd)
     h0c = None if h0 is None else h0.to(device=x.device, dtype=cd)
     r = None if reset is None else reset.to(device=x.device, dtype=torch.bool)
+    if xc.numel() == 0:
+        # An empty batch or no channels (T >= 1 is checked): empty traces of the right shape, still
+        # in the graph of x and h0.  The chunked scan's reshapes cannot infer a size from zero elements.
+        y = xc[:, :, None, :] * alpha[:, None]
+        h_last = y[:, -1] if h0c is None else y[:, -1] + h0c
+        return (y if y.dtype == x.dtype else y.to(x.dtype)), h_last
     y, h_last = _EMAScan.apply(xc, h0c, alpha, r, int(chunk))
     return (y if y.dtype == x.dtype else y.to(x.dtype)), h_last
