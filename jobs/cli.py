@@ -11,6 +11,9 @@ warnings go to stderr), so its output can be piped into another program.  Bad ar
 values print one line ``emalab: error: ...`` naming the field and what it allows, exit with
 status 2, and write nothing: every argument is checked before a run folder, the store or an
 export is touched.  A store or data folder that cannot be used prints one line and exits with 1.
+
+``run`` with settings and a seed that already ran to the end runs nothing: it says so, with the
+run id and the next free seed, and exits 0 (``--json``: the stored result, ``"reused": true``).
 """
 from __future__ import annotations
 
@@ -88,9 +91,10 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
+    from ema_core.experiments.units import with_unit
     from jobs.registry import build_config
-    from jobs.rundir import StorageError
-    from jobs.runner import LocalRunner
+    from jobs.rundir import RESUMABLE_STATES, StorageError
+    from jobs.runner import LocalRunner, existing_run, next_free_seed
 
     # Validated here, before the runner creates the run folder: a bad value writes nothing.
     try:
@@ -98,14 +102,25 @@ def cmd_run(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     runner = LocalRunner(slots=args.slots)
-    run_id = runner.submit(args.kind, config, preset=args.preset)
-    if args.background:
-        record = _run_record(runner, run_id, args.preset, background=True)
+    run_id, before = existing_run(args.kind, config, home=runner.home)
+    # A done run of the same settings and seed is reused (its numbers would come out the same); a
+    # failed, cancelled or crashed one is resumed by submit, a queued or running one followed.
+    reused = before == "done"
+    next_seed = next_free_seed([(args.kind, config)], home=runner.home)
+    if not reused:
+        if before in RESUMABLE_STATES:
+            print(f"emalab: {run_id} was {before}: resuming it from its newest checkpoint", file=sys.stderr)
+        elif before is not None:
+            print(f"emalab: {run_id} is already {before}: following it", file=sys.stderr)
+        run_id = runner.submit(args.kind, config, preset=args.preset)
+    if args.background and not reused:
+        record = _run_record(runner, run_id, args.preset, background=True, reused=False, next_seed=next_seed)
         hint = ("queued: it starts when a slot frees up (any `emalab jobs` command or the app starts it)"
                 if record["state"] == "queued" else f"follow with: emalab jobs show {run_id}")
         _emit(record, args.json, f"{run_id} {record['state']} ({hint})")
         return EXIT_OK
-    _follow(runner, run_id, quiet=args.json)
+    if not reused:
+        _follow(runner, run_id, quiet=args.json)
     from store import StoreError, ingest  # pandas and DuckDB: only once there is something to ingest
 
     ingest_error = None
@@ -114,19 +129,27 @@ def cmd_run(args) -> int:
     except (StoreError, StorageError) as exc:  # the run itself is fine, and reported below
         ingest_error = str(exc)
         _warn(f"the run finished but could not be added to the store: {exc}")
-    record = _run_record(runner, run_id, args.preset, background=False)
+    record = _run_record(runner, run_id, args.preset, background=args.background, reused=reused, next_seed=next_seed)
     record["ingested"] = ingest_error is None
     text = f"{run_id}: {record['state']}"
-    if record.get("message") not in (None, record["state"]):
+    if reused:
+        text += (f" (already done: these settings and seed ran before, nothing ran now; "
+                 f"rerun with --seed {next_seed} for a new run)")
+    elif record.get("message") not in (None, record["state"]):
         text += f" ({record['message']})"
     if record["summary"]:
-        text += "\n" + "\n".join(f"  {k}: {v}" for k, v in record["summary"].items())
+        text += "\n" + "\n".join(f"  {k}: {with_unit(k, v)}" for k, v in record["summary"].items())
     _emit(record, args.json, text)
     return EXIT_OK if record["state"] == "done" and ingest_error is None else EXIT_FAILED
 
 
-def _run_record(runner, run_id: str, preset: str | None, background: bool) -> dict:
-    """The object `run --json` prints: stable keys, then the summary's keys where they do not clash."""
+def _run_record(runner, run_id: str, preset: str | None, background: bool, reused: bool, next_seed: int) -> dict:
+    """The object `run --json` prints: stable keys, then the summary's keys where they do not clash.
+
+    ``reused``: the run had already finished and nothing ran now; ``next_seed``: the first seed of
+    these settings that has no run yet; ``units``: the unit of each summary value that has one.
+    """
+    from ema_core.experiments.units import units_for
     from jobs.rundir import RunDir
 
     rd = RunDir.for_id(run_id, runner.home)
@@ -137,7 +160,8 @@ def _run_record(runner, run_id: str, preset: str | None, background: bool) -> di
         "run_id": run_id, "kind": config["kind"], "seed": config["seed"], "state": st.get("state"),
         "preset": preset, "config": config["config"], "progress": st.get("progress"),
         "message": st.get("message"), "background": background, "summary": summary,
-        "path": str(rd.path),
+        "path": str(rd.path), "reused": reused, "next_seed": next_seed, "units": units_for(summary),
+        "label": st.get("label"),
     }
     return {**summary, **stable}
 
@@ -146,14 +170,20 @@ def _follow(runner, run_id: str, quiet: bool) -> str:
     """Wait for the job with a progress bar on stderr; Ctrl-C cancels it (it checkpoints first)."""
     from tqdm import tqdm
 
+    from jobs.runner import format_duration
+
+    # The time left is the worker's ETA (measured after its warm-up, shown once stable), not tqdm's
+    # own guess, which counts the queue and the imports as progress made slowly.
     bar = tqdm(total=1000, desc=run_id, unit="‰", disable=quiet, file=sys.stderr, leave=False,
-               bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
+               bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}{postfix}")
     try:
         while True:
             runner.tick()
             st = runner.status(run_id)
             bar.n = int(1000 * float(st.get("progress") or 0.0))
-            bar.set_postfix_str(st.get("message") or st.get("state", ""), refresh=False)
+            eta = st.get("eta_s") if st.get("state") == "running" else None
+            bar.set_postfix_str((st.get("message") or st.get("state", ""))
+                                + (f" · about {format_duration(eta)} left" if eta is not None else ""), refresh=False)
             bar.refresh()
             if st.get("state") in ("done", "failed", "cancelled", "crashed"):
                 return st["state"]
@@ -170,6 +200,7 @@ def _follow(runner, run_id: str, quiet: bool) -> str:
 
 
 def cmd_jobs(args) -> int:
+    from ema_core.experiments.units import units_for
     from jobs.runner import LocalRunner
 
     if args.tail < 0:
@@ -188,16 +219,16 @@ def cmd_jobs(args) -> int:
         runner.tick()
     if args.action == "list":
         rows = runner.list()
-        lines = [f"{r['run_id']:<32} {r['state']:<10} {100 * float(r.get('progress') or 0):5.1f}%  "
-                 f"{r.get('message') or ''}" for r in rows]
-        _emit({"jobs": rows, "count": len(rows)}, args.json, "\n".join(lines) or "no jobs")
+        _emit({"jobs": rows, "count": len(rows)}, args.json, _job_table(rows) if rows else "no jobs")
         return EXIT_OK
     run_id = args.run_id
     if args.action == "show":
         info = runner.show(run_id)
         info["summary"] = (info.get("result") or {}).get("summary")
-        brief = {k: info[k] for k in ("run_id", "kind", "seed", "state", "progress", "eta_s", "step", "message",
-                                      "started", "ended", "attempts", "checkpoints", "config", "summary", "path")}
+        info["units"] = units_for(info["summary"] or {})
+        brief = {k: info[k] for k in ("run_id", "kind", "label", "preset", "seed", "state", "progress", "eta_s",
+                                      "step", "message", "started", "ended", "attempts", "checkpoints", "config",
+                                      "summary", "units", "path")}
         _emit(info, args.json, json.dumps(_jsonable(brief), indent=2, ensure_ascii=False))
     elif args.action == "cancel":
         state = runner.cancel(run_id)
@@ -214,6 +245,36 @@ def cmd_jobs(args) -> int:
         text = runner.logs(run_id, tail=args.tail)
         _emit({"run_id": run_id, "log": text, "tail": args.tail}, args.json, text)
     return EXIT_OK
+
+
+JOB_COLUMNS = ("RUN ID", "KIND", "PRESET", "SEED", "STATE", "PROGRESS", "AGE", "SETTINGS", "NOTE")
+_RIGHT = {"SEED", "PROGRESS"}
+
+
+def _job_table(rows: list[dict]) -> str:
+    """`jobs list` in words: a header, then one aligned line per job (a damaged run's row too).
+
+    SETTINGS are those that differ from the preset (the runner's label); NOTE is the job's message
+    where it says more than its state.
+    """
+    from jobs.runner import format_duration
+
+    def cells(r: dict) -> list[str]:
+        progress = r.get("progress")
+        note = r.get("message")
+        return [str(r.get("run_id") or "?"), str(r.get("kind") or "-"),
+                "-" if r.get("preset") is None else str(r["preset"]),
+                "-" if r.get("seed") is None else str(r["seed"]), str(r.get("state") or "?"),
+                f"{100 * float(progress):.1f}%" if isinstance(progress, (int, float)) else "-",
+                format_duration(r.get("age_s")) or "-", r.get("settings") or "-",
+                _one_line(note) if note and note not in (r.get("state"), "done") else ""]
+
+    table = [list(JOB_COLUMNS)] + [cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(JOB_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.rjust(w) if name in _RIGHT else cell.ljust(w)
+                  for name, cell, w in zip(JOB_COLUMNS, line, widths)).rstrip()
+        for line in table)
 
 
 def _known(run_id: str) -> None:
@@ -261,11 +322,17 @@ def cmd_export(args) -> int:
     for err in report.get("errors") or ():
         _warn(f"run {err.get('run_id')}: {err.get('error')}")
     try:
-        path = ex.export_table(args.table, args.format, run_ids=args.runs or None, grouped=args.grouped, out=args.out)
+        path, rows = ex.write_export(args.table, args.format, run_ids=args.runs or None, grouped=args.grouped,
+                                     out=args.out)
     except ValueError as exc:  # the target changed under us (a link swapped in): nothing written
         raise UsageError(f"--out: {exc}") from exc
+    # An empty table is still written (a header, and "empty: no rows" in Markdown and LaTeX), and said:
+    # on stdout after the path, or with --json in the object and on stderr.
+    if not rows and args.json:
+        _warn(f"{args.table}: {ex.EMPTY}")
     _emit({"table": args.table, "format": args.format, "grouped": args.grouped, "runs": args.runs or None,
-           "path": str(path), "size_bytes": path.stat().st_size}, args.json, str(path))
+           "path": str(path), "rows": rows, "empty": not rows, "size_bytes": path.stat().st_size}, args.json,
+          f"{path} ({ex.EMPTY})" if not rows else str(path))
     return EXIT_OK
 
 
@@ -283,6 +350,10 @@ def cmd_store(args) -> int:
         _emit(report, args.json, text)
         return EXIT_OK
     report = check()
+    if report.get("error") and not args.json:
+        # Not a report on a store but a store that cannot be used: one line, as every command says it.
+        print(f"emalab: {_one_line(report['error'])}", file=sys.stderr)
+        return EXIT_FAILED
     if not report["exists"]:
         text = f"{report['path']}: no store yet (it is created by the first ingest, or by: emalab store migrate)"
     else:
@@ -397,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run an experiment (in the foreground with a progress bar, or --background)")
     run.add_argument("kind", choices=sorted(REGISTRY))
-    run.add_argument("--preset", help="a named set of settings (dilution: quick, paper)")
+    run.add_argument("--preset", help="a named set of settings ("
+                     + "; ".join(f"{k}: {', '.join(REGISTRY[k].presets)}" for k in sorted(REGISTRY)) + ")")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="one setting, e.g. --set vocab=32 --set alphas=0.5,0.1 (repeatable)")
     run.add_argument("--seed", type=int)
@@ -439,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from jobs.rundir import StorageError
+    from jobs.rundir import DamagedRunError, StorageError
 
     try:
         args = build_parser().parse_args(argv)
@@ -456,11 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except Exception as exc:
-        # Busy, newer or foreign store, full or read-only folder.  The store's module (and pandas
-        # behind it) is looked up rather than imported: commands that never open the store start
-        # faster, and a StoreError can only come from a command that imported it.
+        # Busy, newer, foreign or damaged store, full or read-only folder, a damaged run file.  The
+        # store's module (and pandas behind it) is looked up rather than imported: commands that
+        # never open the store start faster, and a StoreError can only come from a command that imported it.
         store_db = sys.modules.get("store.db")
-        known = (StorageError,) + ((store_db.StoreError,) if store_db is not None else ())
+        known = (StorageError, DamagedRunError) + ((store_db.StoreError,) if store_db is not None else ())
         if not isinstance(exc, known):
             raise
         print(f"emalab: {_one_line(exc)}", file=sys.stderr)

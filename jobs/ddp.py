@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     decision = [None]
     if rank == 0:
         fresh = not rd.exists()
-        rd.create(args.kind, config_json, int(config_json["seed"]))
+        rd.create(args.kind, config_json, int(config_json["seed"]), preset=args.preset)
         state = "queued" if fresh else rd.read_status().get("state")
         if fresh or state in RESUMABLE_STATES:
             rd.write_status(state="queued", queued_at=now_iso(), preset=args.preset, world_size=world)

@@ -7,11 +7,12 @@ process that launched it.
     runner = LocalRunner(slots=2)
     run_id = runner.submit("dilution", {"steps": 500}, seed=0, preset="quick")
     runner.wait(run_id, timeout=60)       # → "done"
-    runner.list()                          # [{"run_id", "kind", "state", "progress", "eta_s", ...}]
+    runner.list()                          # [{"run_id", "kind", "label", "state", "progress", "eta_s", ...}]
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from pydantic import BaseModel
 
@@ -29,6 +31,7 @@ from jobs.registry import build_config, get_experiment
 from jobs.rundir import (
     FINAL_STATES,
     RESUMABLE_STATES,
+    DamagedRunError,
     RunDir,
     atomic_write,
     emalab_home,
@@ -55,15 +58,84 @@ def validated_config(kind: str, config: BaseModel | dict | None = None, seed: in
     return build_config(kind, preset=preset, overrides=config or {}, seed=seed)
 
 
+@functools.lru_cache(maxsize=64)
+def _reference_config(kind: str, preset: str | None) -> dict | None:
+    # Every run of a kind is compared with one of a few references: built once, not per row and refresh.
+    try:
+        return build_config(kind, preset=preset).model_dump(mode="json")
+    except Exception:  # noqa: BLE001 - a kind or preset the code no longer has: the caller falls back
+        return None
+
+
+def _shown_value(value: Any) -> str:
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    text = str(value)
+    return text if len(text) <= 40 else "…" + text[-39:]  # a path's tail is its telling part
+
+
+def job_label(kind: str, config: dict, preset: str | None) -> dict[str, Any]:
+    """What tells a job apart: its kind, its preset and the settings that differ from that preset.
+
+    Returns ``{"label": "lm tiny · model=gpt, corpus=austen", "settings": "model=gpt, corpus=austen",
+    "changes": {name: value}}``, settings in the config's own order, the seed left out (it is shown
+    on its own).  A run without a recorded preset, or with one the code no longer has, is compared
+    with the kind's defaults.
+    """
+    reference = (_reference_config(kind, preset) if preset is not None else None) or _reference_config(kind, None) or {}
+    order = {name: i for i, name in enumerate(reference)}
+    changed = [(name, value) for name, value in (config or {}).items()
+               if name != "seed" and (name not in reference or reference[name] != value)]
+    changes = dict(sorted(changed, key=lambda item: (order.get(item[0], len(order)), item[0])))
+    settings = ", ".join(f"{name}={_shown_value(value)}" for name, value in changes.items())
+    label = f"{kind} {preset if preset is not None else '(no preset)'}" + (f" · {settings}" if settings else "")
+    return {"label": label, "settings": settings, "changes": changes}
+
+
+def age_s(iso: str | None, now: datetime | None = None) -> float | None:
+    """Seconds since an ISO time stamp of a run folder, or None when it cannot be read."""
+    try:
+        then = datetime.fromisoformat(str(iso))
+    except (TypeError, ValueError):
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
+
+
+def format_duration(seconds: float | None) -> str:
+    """``45 s``, ``3 min 20 s``, ``25 min``, ``2 h 5 min``, ``3 d 4 h``: an age or an ETA, for people."""
+    if seconds is None:
+        return ""
+    s = int(round(max(0.0, float(seconds))))
+    if s < 60:
+        return f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 10:
+        return f"{m} min {s} s" if s else f"{m} min"
+    if m < 60:
+        return f"{m} min"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(h, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
 def job_summary(rd: RunDir, status: dict | None = None) -> dict[str, Any]:
     """One row of a job list: what a page or the CLI shows."""
     record = rd.read_config()
     st = rd.read_status() if status is None else status
+    # Runs made before config.json recorded the preset noted it in their first status, if anywhere.
+    preset = record["preset"] if "preset" in record else st.get("preset")
     return {
+        **job_label(record["kind"], record.get("config") or {}, preset),
         "run_id": rd.run_id,
         "kind": record["kind"],
         "seed": record["seed"],
+        "config": record.get("config"),
         "created": record.get("created"),
+        "age_s": age_s(record.get("created")),
         "state": st.get("state", "queued"),
         "progress": float(st.get("progress") or 0.0),
         "eta_s": st.get("eta_s"),
@@ -75,8 +147,45 @@ def job_summary(rd: RunDir, status: dict | None = None) -> dict[str, Any]:
         "heartbeat": st.get("heartbeat"),
         "backend": st.get("backend"),
         "attempts": st.get("attempts", 0),
-        "preset": st.get("preset"),
+        "preset": preset,
     }
+
+
+def existing_run(kind: str, config: BaseModel | dict | None = None, seed: int | None = None,
+                 preset: str | None = None, home: Path | None = None) -> tuple[str, str | None]:
+    """The run id these settings map to, and that run's state (None when they never ran).
+
+    Run ids are derived from the config and seed, so a launch can tell beforehand that it would
+    run nothing new: a done run is reused as it is (see :meth:`Runner.submit`).
+    """
+    cfg = validated_config(kind, config, seed, preset).model_dump(mode="json")
+    rd = RunDir.for_id(run_id_for(kind, cfg, int(cfg["seed"])), home)
+    return rd.run_id, (rd.read_status().get("state", "queued") if rd.exists() else None)
+
+
+def next_free_seed(runs: Iterable[tuple[str, BaseModel | dict]], home: Path | None = None) -> int:
+    """The smallest seed above every seed of ``runs`` (kind, config) at which none of them has a run yet."""
+    configs = [(kind, validated_config(kind, config).model_dump(mode="json")) for kind, config in runs]
+    if not configs:
+        raise ValueError("next_free_seed needs at least one (kind, config)")
+    seed = max(int(cfg["seed"]) for _, cfg in configs) + 1
+    while any(RunDir.for_id(run_id_for(kind, {**cfg, "seed": seed}, seed), home).exists() for kind, cfg in configs):
+        seed += 1
+    return seed
+
+
+# The keys of job_summary's rows: a damaged run's row has them all, unknown ones None.
+_ROW_KEYS = ("label", "settings", "changes", "run_id", "kind", "seed", "config", "created", "age_s", "state",
+             "progress", "eta_s", "step", "latest", "message", "started", "ended", "heartbeat", "backend",
+             "attempts", "preset")
+
+
+def damaged_row(rd: RunDir, problem: DamagedRunError | str) -> dict[str, Any]:
+    """The list row of a run whose config.json cannot be read: state "damaged", the problem as message.
+
+    It stands in the list so that one bad folder neither hides the other runs nor itself.
+    """
+    return {**dict.fromkeys(_ROW_KEYS), "run_id": rd.run_id, "state": "damaged", "message": str(problem)}
 
 
 def read_log(rd: RunDir, tail: int = 200) -> str:
@@ -174,9 +283,9 @@ class Runner:
         run_id = run_id_for(kind, config_json, seed)
         rd = self._rd(run_id)
         fresh = not rd.exists()
-        rd.create(kind, config_json, seed)
+        rd.create(kind, config_json, seed, preset=preset)
         if fresh:
-            rd.write_status(queued_at=now_iso(), preset=preset, attempts=0)
+            rd.write_status(queued_at=now_iso(), attempts=0)
         state = self._refresh(rd).get("state")
         if state in RESUMABLE_STATES:
             self.resume(run_id)
@@ -191,8 +300,13 @@ class Runner:
     def list(self) -> list[dict[str, Any]]:
         """Every run, newest first, with dead workers marked crashed."""
         with self._lock:
-            rows = [job_summary(rd, self._refresh(rd)) for rd in iter_run_dirs(self.home)]
-        return sorted(rows, key=lambda r: r["created"] or "", reverse=True)
+            rows = []
+            for rd in iter_run_dirs(self.home):
+                try:
+                    rows.append(job_summary(rd, self._refresh(rd)))
+                except DamagedRunError as exc:
+                    rows.append(damaged_row(rd, exc))
+        return sorted(rows, key=lambda r: str(r["created"] or ""), reverse=True)
 
     def status(self, run_id: str) -> dict[str, Any]:
         rd = self._existing(run_id)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import socket
+import statistics
 import sys
 import threading
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -29,6 +32,80 @@ from jobs.rundir import RunDir, now_iso
 
 STATUS_INTERVAL_S = 0.2  # a fast loop reports every step; the status file is rewritten at most this often
 HEARTBEAT_S = 5.0  # liveness for runners that cannot see the worker's pid (Ray on another node)
+# The ETA: the first samples of an attempt and the first tenth of its remaining work are warm-up
+# (imports, data preparation, caches, the first slow steps) and say little about the pace; after
+# that, an estimate is shown only while the finish times projected over the last stretch of
+# progress agree.  The stretch is measured in progress, not in samples: a fast loop reports many
+# times a second, and estimates a second apart always agree.
+ETA_WARMUP_SAMPLES = 5
+ETA_WARMUP_FRACTION = 0.1
+ETA_SPAN = 0.05  # of the whole run
+ETA_TOLERANCE = 0.1  # of the projected duration, measured from the end of the warm-up
+
+
+class EtaEstimator:
+    """Seconds left, from measured progress after the warm-up; None until the estimate is stable.
+
+    Fed ``(seconds since the attempt began, fraction done)`` samples, it knows no clock, so a test
+    can replay any sequence.  The pace is the progress made since the warm-up ended over the time
+    it took; each sample projects a finish time from it, and the ETA is shown only once the
+    projections made over the last ``span`` of progress lie within ``tolerance`` of the projected
+    duration of each other.
+    """
+
+    def __init__(self, warmup_samples: int = ETA_WARMUP_SAMPLES, warmup_fraction: float = ETA_WARMUP_FRACTION,
+                 span: float = ETA_SPAN, tolerance: float = ETA_TOLERANCE):
+        self.warmup_samples = warmup_samples
+        self.warmup_fraction = warmup_fraction
+        self.span = span
+        self.tolerance = tolerance
+        self.samples = 0
+        self.first: tuple[float, float] | None = None
+        self.origin: tuple[float, float] | None = None  # where the warm-up ended
+        self.recent: deque[tuple[float, float]] = deque()  # (fraction, projected finish), about 10 per span
+        self.eta: float | None = None
+
+    def update(self, t: float, fraction: float) -> float | None:
+        self.samples += 1
+        self.eta = None
+        if self.first is None:
+            self.first = (t, fraction)
+        if self.origin is None:
+            t_first, f_first = self.first
+            if self.samples > self.warmup_samples and fraction - f_first >= self.warmup_fraction * (1.0 - f_first):
+                self.origin = (t, fraction)
+            return None
+        t0, f0 = self.origin
+        if fraction <= f0 or t <= t0:
+            return None
+        eta = (t - t0) / (fraction - f0) * (1.0 - fraction)
+        finish = t + eta
+        if not self.recent or fraction - self.recent[-1][0] >= self.span / 10:
+            self.recent.append((fraction, finish))
+        while len(self.recent) > 1 and self.recent[1][0] <= fraction - self.span:
+            self.recent.popleft()  # the oldest kept projection is the last one at or before the span's start
+        if fraction - f0 < self.span:
+            return None
+        finishes = [x for _, x in self.recent] + [finish]
+        if max(finishes) - min(finishes) > self.tolerance * (statistics.median(finishes) - t0):
+            return None
+        self.eta = eta
+        return eta
+
+
+def estimate_eta(samples) -> float | None:
+    """The ETA after a whole sequence of ``(seconds, fraction)`` samples (see :class:`EtaEstimator`)."""
+    estimator = EtaEstimator()
+    for t, fraction in samples:
+        estimator.update(float(t), float(fraction))
+    return estimator.eta
+
+
+def phase_of(message: str) -> str:
+    """What a progress message says about the phase: ``PHASE: detail`` names it; otherwise the
+    message with its numbers blanked (``step 10/300 · loss 4.2`` is one phase, not one per step)."""
+    head, sep, _ = message.partition(": ")
+    return head if sep else re.sub(r"\d[\d,.]*", "#", message)
 
 
 class RunDirReporter:
@@ -46,7 +123,8 @@ class RunDirReporter:
         self.fraction = 0.0
         self.message: str | None = None
         self.t0 = time.monotonic()
-        self.f0: float | None = None  # fraction at this attempt's first report: the ETA's origin
+        self.eta_estimator = EtaEstimator()  # per attempt: a resumed run measures its pace anew
+        self.phase: str | None = None
         self.last_write = 0.0
 
     # -- Reporter ----------------------------------------------------------------------------------
@@ -60,10 +138,12 @@ class RunDirReporter:
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         self.fraction = min(max(float(fraction), 0.0), 1.0)
-        if self.f0 is None:
-            self.f0 = self.fraction
         if message is not None:
             self.message = message
+            phase = phase_of(message)
+            if phase != self.phase:
+                self.phase = phase
+                _append_log(self.rd, f"[{now_iso()}] {100 * self.fraction:5.1f}% {message}")
         self._maybe_flush()
 
     def should_stop(self) -> bool:
@@ -74,9 +154,20 @@ class RunDirReporter:
         # the steps after its checkpoint, so none is lost (some may appear twice, with new seqs).
         self.flush()
         self.rd.save_checkpoint(step, state)
+        _append_log(self.rd, f"[{now_iso()}] {100 * self.fraction:5.1f}% checkpoint at step {step}")
 
     def load_checkpoint(self) -> tuple[int, dict] | None:
-        return self.rd.latest_checkpoint()
+        passed_over: list[str] = []
+        found = self.rd.latest_checkpoint(passed_over)
+        if found is not None and passed_over:
+            note = " ".join(f"resuming from checkpoint step {found[0]}, the newest that loads; passed over: "
+                            f"{'; '.join(passed_over)}".split())  # torch's reasons may span lines
+            _append_log(self.rd, f"[{now_iso()}] {note}")
+            # Goes out with the next flush, ahead of the resumed attempt's metrics.
+            self.pending.append({"seq": self.seq, "step": int(found[0]), "time": now_iso(), "metrics": {},
+                                 "message": note})
+            self.seq += 1
+        return found
 
     def save_artifact(self, name: str, data: bytes) -> None:
         self.rd.save_artifact(name, data)
@@ -89,6 +180,7 @@ class RunDirReporter:
     def flush(self, **extra) -> None:
         events, self.pending = self.pending, []
         self.rd.append_events(events)
+        self.eta_estimator.update(time.monotonic() - self.t0, self.fraction)
         fields = {"progress": self.fraction, "eta_s": self.eta(), "step": self.step, "latest": dict(self.latest),
                   "message": self.message}
         self.write_status(**{**fields, **extra})
@@ -99,10 +191,7 @@ class RunDirReporter:
             self.last_write = time.monotonic()
 
     def eta(self) -> float | None:
-        done = self.fraction - (self.f0 or 0.0)
-        if done <= 0.0:
-            return None
-        return (time.monotonic() - self.t0) / done * (1.0 - self.fraction)
+        return self.eta_estimator.eta
 
 
 def _seal_events(rd: RunDir) -> None:

@@ -5,7 +5,7 @@ from typing import Callable, Iterable, TypeVar
 
 import streamlit as st
 
-from jobs.rundir import emalab_home
+from jobs.rundir import RESUMABLE_STATES, emalab_home
 from jobs.runner import LocalRunner
 
 T = TypeVar("T")
@@ -48,18 +48,66 @@ def read_store(read: Callable[[], T]) -> T:
         st.stop()
 
 
-def launch(jobs: Callable[[], Iterable[tuple[str, object]]], preset: str | None) -> list[str]:
+def launch(jobs: Callable[[], Iterable[tuple[str, object]]], preset: str | None,
+           seed_key: str | None = None) -> list[str]:
     """Submit the (kind, config) pairs ``jobs()`` builds as background jobs; say what started, or why nothing did.
 
     The configs are built inside: a setting refused by its config is reported like a failed submit.
+    Settings that already ran to the end are not run again (:func:`already_done` says so);
+    ``seed_key`` names the page's seed input, which its "use seed N" button then sets.
     """
+    from jobs.runner import existing_run
     from store import StorageError
 
     try:
-        started = [runner().submit(kind, cfg, preset=preset) for kind, cfg in jobs()]
+        planned = [(kind, cfg, *existing_run(kind, cfg)) for kind, cfg in jobs()]
+        started = [(runner().submit(kind, cfg, preset=preset), before) for kind, cfg, _, before in planned
+                   if before != "done"]
     except (ValueError, StorageError) as exc:  # a bad setting, or a data folder that cannot be written
         st.error(f"Not launched: {exc}")
         return []
-    st.success("Launched: " + ", ".join(started), icon=":material/rocket_launch:")
-    st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
-    return started
+    if started:
+        st.success("Launched: " + ", ".join(run_id + relaunch_note(before) for run_id, before in started),
+                   icon=":material/rocket_launch:")
+        st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+    done = [(kind, cfg, run_id) for kind, cfg, run_id, before in planned if before == "done"]
+    if done:
+        already_done(done, seed_key)
+    return [run_id for run_id, _ in started]
+
+
+def relaunch_note(before: str | None) -> str:
+    """What launching did to a run of these settings that existed already ('' for a new one)."""
+    if before is None:
+        return ""
+    if before in RESUMABLE_STATES:
+        return f" (it was {before}: resumed from its newest checkpoint)"
+    return f" (already {before})"
+
+
+# Where a kind's finished runs are shown.
+RESULT_PAGES = {"dilution": ("pages/export.py", "Export"), "structure": ("pages/structure.py", "Structure"),
+                "lm": ("pages/content.py", "Content")}
+
+
+def already_done(done: list[tuple[str, object, str]], seed_key: str | None = None) -> None:
+    """Say that these (kind, config, run id) ran to the end before and nothing ran now; link to their
+    results and offer the next seed at which none of them has a run."""
+    from jobs.runner import next_free_seed
+
+    seed = next_free_seed([(kind, cfg) for kind, cfg, _ in done])
+    ids = ", ".join(run_id for _, _, run_id in done)
+    st.info(f"Already done: {ids}. Nothing ran now: these settings ran to the end with "
+            f"{'these seeds' if len(done) > 1 else 'this seed'} before; the next free seed is {seed}.",
+            icon=":material/task_alt:")
+    for kind in sorted({kind for kind, _, _ in done}):
+        page, title = RESULT_PAGES.get(kind, ("pages/jobs.py", "Jobs"))
+        st.page_link(page, label=f"See the results on the {title} page", icon=":material/arrow_forward:")
+    if seed_key is not None:
+        st.button(f"Use seed {seed}", key=f"{seed_key}_next_free", icon=":material/add:",
+                  on_click=_set_state, args=(seed_key, seed))
+
+
+def _set_state(key: str, value: object) -> None:
+    # A callback runs before the next rerun draws the input, the one moment its value may be set.
+    st.session_state[key] = value

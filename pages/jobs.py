@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import json
+import re
 
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
+from ema_core.experiments.units import with_unit
 from jobs.rundir import RESUMABLE_STATES
+from jobs.runner import existing_run, format_duration
 from pages._router import ensure_router
-from pages._state import ingest_quietly, runner
+from pages._sources import check_sources
+from pages._state import already_done, ingest_quietly, relaunch_note, runner
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -49,18 +53,50 @@ if launched:
                 if not sep:
                     raise ValueError(f"override lines are key=value, got {line.strip()!r}")
                 overrides[key.strip()] = value.strip()
+        check_sources(overrides)  # before the config, whose own check would say what exists
         cfg = build_config(kind, preset=preset, overrides=overrides, seed=int(seed))
-        run_id = runner().submit(kind, cfg, preset=preset)
-        st.success(f"Launched **{run_id}**.", icon=":material/rocket_launch:")
+        run_id, before = existing_run(kind, cfg)
+        if before != "done":  # a done run is reused, not run again: said below
+            run_id = runner().submit(kind, cfg, preset=preset)
     except ValueError as exc:
         st.error(f"Not launched: {exc}")
+    else:
+        if before == "done":
+            already_done([(kind, cfg, run_id)], seed_key="launch_seed")
+        else:
+            st.success(f"Launched **{run_id}**{relaunch_note(before)}.", icon=":material/rocket_launch:")
 
 
-def _eta(seconds) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(seconds)
-    return f" · about {seconds // 60} min {seconds % 60} s left" if seconds >= 60 else f" · about {seconds} s left"
+def _md(text: str) -> str:
+    # Settings are data (a corpus path, a name with * or $): shown as typed, not as Markdown or LaTeX.
+    return re.sub(r"([\\`*_{}\[\]<>()#+\-.!|~$])", r"\\\1", str(text))
+
+
+def _card_text(row: dict) -> str:
+    """The bar's line: run id, state, progress, age and, while it runs, the time left once it is known."""
+    parts = [f"**{row['run_id']}**", str(row.get("state") or "?"),
+             f"{100 * min(max(float(row.get('progress') or 0.0), 0.0), 1.0):.0f}%"]
+    if row.get("age_s") is not None:
+        parts.append(f"created {format_duration(row['age_s'])} ago")
+    if row.get("state") == "running" and row.get("eta_s") is not None:
+        parts.append(f"about {format_duration(row['eta_s'])} left")
+    return " · ".join(parts)
+
+
+def _details(r, row: dict) -> None:
+    rid = row["run_id"]
+    st.code(r.logs(rid, tail=40) or "(empty)", language=None)
+    if row.get("config") is not None:
+        st.caption("Config" + (f" (preset {row['preset']})" if row.get("preset") else ""))
+        st.code(json.dumps(row["config"], indent=1, ensure_ascii=False), language="json")
+    if row.get("state") == "done":
+        try:
+            summary = (r.result(rid) or {}).get("summary") or {}
+        except (OSError, ValueError):  # a result that cannot be read: the log says more
+            summary = {}
+        if summary:
+            st.caption("Summary")
+            st.code("\n".join(f"{k}: {with_unit(k, v)}" for k, v in summary.items()), language=None)
 
 
 @st.fragment(run_every=1.0)
@@ -85,13 +121,13 @@ def live_jobs() -> None:
     st.caption(f"{sum(row['state'] in ACTIVE for row in rows)} active of {len(rows)} jobs"
                + (f" · {len(shown)} shown" if hidden else "") + " · refreshed every second")
     for row in shown:
-        rid, state = row["run_id"], row["state"]
+        rid, state = row["run_id"], row.get("state")
         with st.container(border=True, key=f"job_{rid}"):
             head, actions = st.columns([5, 2], vertical_alignment="center")
-            latest = ", ".join(f"{k} {v:.4g}" for k, v in list(row["latest"].items())[:4] if isinstance(v, (int, float)))
-            head.progress(min(max(row["progress"], 0.0), 1.0),
-                          text=f"**{rid}** · {state}{_eta(row['eta_s']) if state == 'running' else ''}"
-                          + (f" · {latest}" if latest else ""))
+            # What tells one job from another (kind, preset, the settings that differ, seed) heads the card.
+            head.markdown(f"**{_md(row.get('label') or rid)}**"
+                          + (f" · seed {row['seed']}" if row.get("seed") is not None else ""))
+            head.progress(min(max(float(row.get("progress") or 0.0), 0.0), 1.0), text=_card_text(row))
             if row.get("message") and state != "done":
                 head.caption(row["message"])
             with actions:
@@ -105,9 +141,7 @@ def live_jobs() -> None:
                         st.error(str(exc))
                     st.rerun(scope="fragment")
             with st.expander("Log and config"):
-                st.code(r.logs(rid, tail=40) or "(empty)", language=None)
-                # The row is what status() would read again: the list read it a moment ago.
-                st.code(json.dumps(row, indent=1, default=str)[:4000], language="json")
+                _details(r, row)
     if hidden:
         st.button(f"Show {min(SHOWN, hidden)} more of {hidden} older jobs", key="jobs_more",
                   icon=":material/expand_more:", on_click=_show_more)

@@ -12,7 +12,8 @@ import ema_core.config
 from ema_core.dilution import ALL_RATES
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
-TIMEOUT = 60  # a busy 2-core box measures the default settings in about a second
+# Liveness only: a script run that has not ended by then is stuck, however busy the machine.
+TIMEOUT = 600  # a busy 2-core box measures the default settings in about a second
 
 
 def _app() -> AppTest:
@@ -130,6 +131,27 @@ def test_equal_rates_and_alpha_one():
     _ok(at.run())
     assert _metrics(at)["fast Half-life"] == "0.00 steps"
     assert len(_charts(at)) == 3
+
+
+def _order_warnings(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning if "out of order" in w.value]
+
+
+def test_a_slow_rate_faster_than_the_fast_one_is_warned(default_app):
+    assert _order_warnings(default_app) == []  # the paper's 0.5 ≥ 0.1 ≥ 0.02
+    at = _app().run()
+    at.slider(key="alpha_slow").set_value(0.7)
+    _ok(at.run())
+    (warning,) = _order_warnings(at)
+    # Which values, and what it means; medium (0.1) stays slower than fast, so only slow is named.
+    assert "α slow = 0.700 is faster than α fast = 0.500" in warning
+    assert "α slow = 0.700 is faster than α medium = 0.100" in warning
+    assert "medium = 0.100 is faster" not in warning
+    assert "A larger α forgets sooner" in warning
+    assert len(_charts(at)) == 3  # warned, not refused: the grid is still measured
+    at.slider(key="alpha_slow").set_value(0.01)
+    _ok(at.run())
+    assert _order_warnings(at) == []
 
 
 def test_smallest_settings():

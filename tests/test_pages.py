@@ -8,7 +8,8 @@ from streamlit.testing.v1 import AppTest
 from jobs.runner import LocalRunner
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TIMEOUT = 60
+# Liveness only: a script run or a job that has not ended by then is stuck, however busy the machine.
+TIMEOUT = 600
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def _finished_run(home, **overrides) -> str:
     cfg = dict(alphas=(0.5,), vocab=8, dim=8, max_lag=2, n_train=256, n_test=128, steps=20, batch=64,
                checkpoint_every=10, log_every=5) | overrides
     run_id = runner.submit("dilution", cfg)
-    assert runner.wait(run_id, timeout=120) == "done", runner.logs(run_id)
+    assert runner.wait(run_id, timeout=TIMEOUT) == "done", runner.logs(run_id)
     runner.close()
     return run_id
 
@@ -65,9 +66,43 @@ def test_jobs_page_launches_and_shows_a_job(home):
     assert any("Launched" in s.value for s in at.success), [e.value for e in at.error]
     run_id = at.success[0].value.split("**")[1]
     runner = LocalRunner(home=home)
-    assert runner.wait(run_id, timeout=120) == "done", runner.logs(run_id)
+    assert runner.wait(run_id, timeout=TIMEOUT) == "done", runner.logs(run_id)
     at.run()
     assert any(run_id in p.proto.text for p in at.get("progress"))
+
+
+def test_a_job_card_tells_jobs_apart_and_a_relaunch_says_already_done(home):
+    at = _page("pages/jobs.py")
+    at.text_area(key="launch_overrides").set_value(
+        "vocab=8\ndim=8\nmax_lag=2\nn_train=256\nn_test=128\nsteps=20\nbatch=64\nalphas=0.5\ncheckpoint_every=10")
+    at.button[0].click()
+    at.run()
+    run_id = at.success[0].value.split("**")[1]
+    runner = LocalRunner(home=home)
+    assert runner.wait(run_id, timeout=TIMEOUT) == "done", runner.logs(run_id)
+    at.run()
+    assert not at.exception
+    # The card: kind, preset, the settings that differ from it and the seed; state, progress and age.
+    heads = [m.value for m in at.markdown if m.value.startswith("**dilution quick")]
+    assert len(heads) == 1 and "vocab=8" in heads[0] and "seed 0" in heads[0] and "lr" not in heads[0]
+    bar = next(p.proto.text for p in at.get("progress") if run_id in p.proto.text)
+    assert f"{run_id}** · done · 100% · created " in bar and bar.endswith(" ago")
+    codes = [c.value for c in at.code]
+    assert any('"vocab": 8' in c and '"lr": 0.02' in c for c in codes)  # the config
+    assert any("final_loss/α=0.5: " in c and "nats, summed over lags" in c for c in codes)  # the summary, in units
+    assert any("checkpoint at step 10" in c for c in codes)  # the log, a line per checkpoint
+
+    # The same settings again: nothing runs, and the page says so, with the result page and a free seed.
+    at.button[0].click()
+    at.run()
+    assert not at.exception
+    assert not any("Launched" in s.value for s in at.success)
+    assert any(f"Already done: {run_id}" in i.value and "next free seed is 1" in i.value for i in at.info)
+    assert any("export" in link.proto.page for link in at.get("page_link"))
+    at.button(key="launch_seed_next_free").click()
+    at.run()
+    assert at.number_input(key="launch_seed").value == 1
+    assert runner.status(run_id)["attempts"] == 1 and len(list((home / "runs").iterdir())) == 1
 
 
 def test_jobs_page_rejects_a_bad_override_and_writes_nothing(home):
@@ -93,3 +128,11 @@ def test_export_page_previews_and_offers_downloads(home):
     at.run()
     assert not at.exception
     assert "accuracy_mean" in at.dataframe[0].value.columns
+
+
+def test_export_page_says_an_empty_table_is_empty(home):
+    at = _page("pages/export.py")
+    at.selectbox(key="export_table").set_value("lm_eval")
+    at.run()
+    assert not at.exception
+    assert any(i.value.startswith("empty: no rows") for i in at.info), [i.value for i in at.info]

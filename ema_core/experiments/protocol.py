@@ -28,7 +28,12 @@ class Reporter(Protocol):
         """Record metrics at a global step (monotonic over the whole run, not per phase)."""
 
     def progress(self, fraction: float, message: str | None = None) -> None:
-        """Fraction of the whole run done, in [0, 1]."""
+        """Fraction of the whole run done, in [0, 1].
+
+        A message ``PHASE: detail`` names its phase (``α=0.5: step 10/200``); the run's log gets a
+        line when the phase changes, not one per step.  A message without ``": "`` is a phase of
+        its own up to its numbers (``step 10/300 · loss 4.2``).
+        """
 
     def should_stop(self) -> bool:
         """True once a cancel was requested: save a checkpoint and raise :class:`Cancelled`."""
@@ -37,7 +42,11 @@ class Reporter(Protocol):
         """``state`` holds tensors and plain Python only, so it loads with ``weights_only=True``."""
 
     def load_checkpoint(self) -> tuple[int, dict] | None:
-        """The newest checkpoint as ``(step, state)``, or None for a fresh start."""
+        """The newest checkpoint that loads, as ``(step, state)``, or None for a fresh start.
+
+        A damaged newer one is passed over (the run's log and events say so): resuming from
+        further back ends with the same result.
+        """
 
     def save_artifact(self, name: str, data: bytes) -> None:
         """Keep a file the run produced (a tokenizer, ...) with the run; ``name`` is a plain file name."""
