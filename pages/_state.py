@@ -49,26 +49,32 @@ def read_store(read: Callable[[], T]) -> T:
 
 
 def launch(jobs: Callable[[], Iterable[tuple[str, object]]], preset: str | None,
-           seed_key: str | None = None) -> list[str]:
+           seed_key: str | None = None, follow_link: bool = True) -> list[str]:
     """Submit the (kind, config) pairs ``jobs()`` builds as background jobs; say what started, or why nothing did.
 
     The configs are built inside: a setting refused by its config is reported like a failed submit.
     Settings that already ran to the end are not run again (:func:`already_done` says so);
-    ``seed_key`` names the page's seed input, which its "use seed N" button then sets.
+    ``seed_key`` names the page's seed input, which its "use seed N" button then sets;
+    ``follow_link`` adds a link to the Jobs page (left out on the Jobs page itself).
     """
     from jobs.runner import existing_run
     from store import StorageError
 
     try:
         planned = [(kind, cfg, *existing_run(kind, cfg)) for kind, cfg in jobs()]
+        # A queued or running run is followed, not launched again: only new or resumable ones start.
         started = [(runner().submit(kind, cfg, preset=preset), before) for kind, cfg, _, before in planned
-                   if before != "done"]
+                   if before not in ("done", "queued", "running")]
     except (ValueError, StorageError) as exc:  # a bad setting, or a data folder that cannot be written
         st.error(f"Not launched: {exc}")
         return []
     if started:
         st.success("Launched: " + ", ".join(run_id + relaunch_note(before) for run_id, before in started),
                    icon=":material/rocket_launch:")
+    going = [f"{run_id} ({before})" for _, _, run_id, before in planned if before in ("queued", "running")]
+    if going:
+        st.info("Already under way, nothing new started: " + ", ".join(going), icon=":material/hourglass_top:")
+    if follow_link and (started or going):
         st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
     done = [(kind, cfg, run_id) for kind, cfg, run_id, before in planned if before == "done"]
     if done:

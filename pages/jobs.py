@@ -9,10 +9,10 @@ import streamlit as st
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import with_unit
 from jobs.rundir import RESUMABLE_STATES
-from jobs.runner import existing_run, format_duration
+from jobs.runner import format_duration
 from pages._router import ensure_router
 from pages._sources import check_sources
-from pages._state import already_done, ingest_quietly, relaunch_note, runner
+from pages._state import ingest_quietly, launch, runner
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -44,27 +44,21 @@ with st.form("launch"):
 with st.expander(f"What the presets of {kind} set"):
     st.json({name: values for name, values in exp.presets.items()}, expanded=False)
 
+
+def _launch_jobs():
+    overrides = {}
+    for line in overrides_text.splitlines():
+        if line.strip():
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"override lines are key=value, got {line.strip()!r}")
+            overrides[key.strip()] = value.strip()
+    check_sources(overrides)  # before the config, whose own check would say what exists
+    return [(kind, build_config(kind, preset=preset, overrides=overrides, seed=int(seed)))]
+
+
 if launched:
-    try:
-        overrides = {}
-        for line in overrides_text.splitlines():
-            if line.strip():
-                key, sep, value = line.partition("=")
-                if not sep:
-                    raise ValueError(f"override lines are key=value, got {line.strip()!r}")
-                overrides[key.strip()] = value.strip()
-        check_sources(overrides)  # before the config, whose own check would say what exists
-        cfg = build_config(kind, preset=preset, overrides=overrides, seed=int(seed))
-        run_id, before = existing_run(kind, cfg)
-        if before != "done":  # a done run is reused, not run again: said below
-            run_id = runner().submit(kind, cfg, preset=preset)
-    except ValueError as exc:
-        st.error(f"Not launched: {exc}")
-    else:
-        if before == "done":
-            already_done([(kind, cfg, run_id)], seed_key="launch_seed")
-        else:
-            st.success(f"Launched **{run_id}**{relaunch_note(before)}.", icon=":material/rocket_launch:")
+    launch(_launch_jobs, preset, seed_key="launch_seed", follow_link=False)
 
 
 def _md(text: str) -> str:

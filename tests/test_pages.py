@@ -1,4 +1,5 @@
 """The overview, jobs and export pages through AppTest, over a real store and real job processes."""
+import re
 import time
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_jobs_page_launches_and_shows_a_job(home):
     at.run()
     assert not at.exception
     assert any("Launched" in s.value for s in at.success), [e.value for e in at.error]
-    run_id = at.success[0].value.split("**")[1]
+    run_id = re.search(r"Launched: (dilution-\w+-s\d+)", at.success[0].value).group(1)
     runner = LocalRunner(home=home)
     assert runner.wait(run_id, timeout=TIMEOUT) == "done", runner.logs(run_id)
     at.run()
@@ -77,7 +78,7 @@ def test_a_job_card_tells_jobs_apart_and_a_relaunch_says_already_done(home):
         "vocab=8\ndim=8\nmax_lag=2\nn_train=256\nn_test=128\nsteps=20\nbatch=64\nalphas=0.5\ncheckpoint_every=10")
     at.button[0].click()
     at.run()
-    run_id = at.success[0].value.split("**")[1]
+    run_id = re.search(r"Launched: (dilution-\w+-s\d+)", at.success[0].value).group(1)
     runner = LocalRunner(home=home)
     assert runner.wait(run_id, timeout=TIMEOUT) == "done", runner.logs(run_id)
     at.run()
