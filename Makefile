@@ -8,7 +8,7 @@ PORT    ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast bench clean chromium
+.PHONY: run test test-fast stress bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,14 +33,18 @@ chromium:
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# The store's many-processes stress test runs its full 2 minutes here (a shorter one runs anyway).
-STRESS ?= 120
+# Everything, browser tests included; the slowest tests are listed at the end.
 test: $(DEVSTAMP) chromium
-	EMALAB_STRESS_SECONDS=$(STRESS) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
 
 # Everything but the browser tests.
 test-fast: $(DEVSTAMP)
 	$(BIN)/python -m pytest -m "not e2e and not slow" $(PYTEST_ARGS)
+
+# The store's many-processes stress test for minutes (`make test` runs it for a few seconds).
+STRESS ?= 120
+stress: $(DEVSTAMP)
+	EMALAB_STRESS_SECONDS=$(STRESS) $(BIN)/python -m pytest tests/test_store_concurrency.py -k for_minutes $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan --quick

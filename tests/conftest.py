@@ -2,12 +2,28 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+# Thread pools, before numpy or torch is loaded (both read these once, at load): the tests' arrays
+# are small, and on a shared 2-core machine threads that spin while they wait cost far more than
+# they return (measured on a loaded machine: the structure experiment's ridge probes 6x slower with
+# two OpenBLAS threads, torch's gradcheck 10x slower with libgomp spinning).  OMP_WAIT_POLICY is
+# what the runner gives every worker already; workers and commands started by tests inherit both.
+# Neither changes a result a test checks.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Property tests are checked on their examples, never on the clock: no per-example deadline and no
+# "generation too slow" health check (both fail a correct test on a busy machine).  A test's own
+# @settings changes only what it names, so these hold everywhere.
+settings.register_profile("emalab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("emalab")
 
 
 def _cuda() -> bool:

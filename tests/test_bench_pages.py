@@ -180,7 +180,7 @@ def test_the_jobs_page_draws_the_newest_jobs_and_every_active_one(home):
     status = old_active.read_status() | {"state": "running", "eta_s": 60.0}
     old_active.status_path.write_text(json.dumps(status))
 
-    at = AppTest.from_file(APP, default_timeout=60).run()
+    at = AppTest.from_file(APP, default_timeout=600).run()  # liveness only
     at.switch_page("pages/jobs.py").run()
     assert not at.exception, [e.value for e in at.exception]
     cards = [p.proto.text for p in at.get("progress")]

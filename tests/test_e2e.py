@@ -4,8 +4,9 @@ The dilution page renders and follows a slider moved by keyboard; its downloads 
 click; a job launched from the Jobs page is watched, killed (its worker gets SIGKILL), resumed and
 finished, and its table downloaded as LaTeX from the Export page; the Overview's quick reproduction
 starts a job that the Jobs page then lists; a deep link into a fresh server still gets the app's
-router and navigation; the Structure page draws finished structure runs and follows its split switch; the
-Content page draws real tiny language-model runs and follows its smoothing and log-axis controls.
+router and navigation, and every page's own name (/overview included) opens that page; the
+Structure page draws finished structure runs and follows its split switch; the Content page draws
+real tiny language-model runs and follows its smoothing and log-axis controls.
 """
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ CHARTS = '[data-testid="stVegaLiteChart"]'
 # vega-embed renders each chart as an svg (or a canvas): its presence means the chart was drawn.
 DRAWN_CHARTS = f"{CHARTS} svg.marks, {CHARTS} canvas"
 FAST_HALF_LIFE = '.st-key-rate_fast [data-testid="stMetricValue"]'
+# Liveness only: how long to wait for something that must happen (the server up, a page drawn, a
+# job's end) before calling it stuck.  Ten times what a loaded 2-core machine needs; never a speed
+# target.  Every page's own waits default to it too (Playwright's are 5 to 30 s).
+WAIT_S = 600
+WAIT_MS = WAIT_S * 1000
 
 
 EXCEPTIONS = '[data-testid="stException"]'
@@ -120,7 +126,7 @@ def _serve(home: Path, log: Path):
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WAIT_S
         while not _healthy(url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"streamlit did not come up on {url}:\n{log.read_text()[-3000:]}")
@@ -145,27 +151,40 @@ def app_url(tmp_path_factory, emalab_home):
 def chromium_browser():
     if CHROMIUM is None:
         pytest.skip("no chromium on the PATH (`make chromium` installs Debian's)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
+        yield _Browser(b)
         b.close()
+
+
+class _Browser:
+    """The browser, whose new pages wait up to WAIT_MS for anything not given its own timeout."""
+
+    def __init__(self, browser):
+        self._browser = browser
+
+    def new_page(self, **kwargs):
+        page = self._browser.new_page(**kwargs)
+        page.set_default_timeout(WAIT_MS)
+        return page
 
 
 def _wait_for_charts(page, n: int = 3) -> None:
     page.wait_for_function(
-        "([sel, n]) => document.querySelectorAll(sel).length >= n", arg=[DRAWN_CHARTS, n], timeout=60_000
+        "([sel, n]) => document.querySelectorAll(sel).length >= n", arg=[DRAWN_CHARTS, n], timeout=WAIT_MS
     )
 
 
 def _wait_until_settled(page) -> None:
     # The screenshot should show the page as a person sees it: download buttons drawn (they
     # arrive after the charts) and no element still greyed out as stale by a running rerun.
-    page.get_by_role("button", name="LaTeX").wait_for(timeout=60_000)
+    page.get_by_role("button", name="LaTeX").wait_for(timeout=WAIT_MS)
     page.wait_for_function(
         "() => !document.querySelector('[data-stale=\"true\"]') && document.querySelectorAll('[data-testid=\"stDownloadButton\"]').length >= 9",
-        timeout=60_000,
+        timeout=WAIT_MS,
     )
     page.wait_for_timeout(500)
 
@@ -178,9 +197,9 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
     try:
         page.goto(app_url + "/dilution")
         # Streamlit draws over a websocket after the load event: wait for the page's own text.
-        page.get_by_role("heading", name="Trace dilution").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Trace dilution").wait_for(timeout=WAIT_MS)
         _wait_for_charts(page)
-        page.get_by_text("Measured in").wait_for(timeout=60_000)
+        page.get_by_text("Measured in").wait_for(timeout=WAIT_MS)
         before = page.locator(FAST_HALF_LIFE).first.inner_text()
         assert before == "1.00 steps"  # α = 0.5
         _wait_until_settled(page)
@@ -190,7 +209,7 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
         slider.focus()
         for _ in range(5):
             page.keyboard.press("ArrowLeft")
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + WAIT_S
         after = before
         while after == before and time.monotonic() < deadline:
             page.wait_for_timeout(250)
@@ -203,7 +222,7 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
         page.wait_for_function(
             "([sel, text]) => [...document.querySelectorAll(sel)].filter(c => c.textContent.includes(text)).length >= 3",
             arg=[CHARTS, "α=0.495"],
-            timeout=60_000,
+            timeout=WAIT_MS,
         )
         _wait_for_charts(page)
         assert page.locator(CHARTS).count() == 3
@@ -218,15 +237,15 @@ def test_downloads_are_generated_on_click(app_url, chromium_browser):
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100}, accept_downloads=True)
     try:
         page.goto(app_url + "/dilution")
-        page.get_by_text("Measured in").wait_for(timeout=60_000)
+        page.get_by_text("Measured in").wait_for(timeout=WAIT_MS)
         # By their keys: the buttons arrive chart by chart, so "the first SVG button" may not yet
         # be the first chart's.
         expected = {"weights_svg": ("lag_weights.svg", b"<svg"),
                     "identity_table_dl_tex": ("identity_accuracy.tex", b"\\begin{table}")}
         for key, (name, head) in expected.items():
             button = page.locator(f".st-key-{key}").get_by_role("button")
-            button.wait_for(timeout=60_000)
-            with page.expect_download(timeout=60_000) as info:
+            button.wait_for(timeout=WAIT_MS)
+            with page.expect_download(timeout=WAIT_MS) as info:
                 button.click()
             download = info.value
             assert download.suggested_filename == name
@@ -256,20 +275,20 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
     try:
         page.goto(app_url + "/jobs")
-        page.get_by_role("heading", name="Jobs").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
         page.locator(".st-key-launch_overrides textarea").fill(
             "\n".join(f"{key}={value}" for key, value in JOB_OVERRIDES.items()))
         page.get_by_role("button", name="Launch").click()
-        launched = page.get_by_text(re.compile(r"Launched dilution-\w+-s\d+"))
-        launched.wait_for(timeout=60_000)
+        launched = page.get_by_text(re.compile(r"Launched: dilution-\w+-s\d+"))
+        launched.wait_for(timeout=WAIT_MS)
         run_id = re.search(r"dilution-\w+-s\d+", launched.inner_text()).group(0)
 
         # Watch it: the job list refreshes every second; the bar moves while the worker trains.
         bar = _job_bar(page, run_id)
-        expect(bar).to_contain_text(f"{run_id} · running", timeout=60_000)
-        expect(bar).to_contain_text("left", timeout=60_000)  # an ETA once training has begun
+        expect(bar).to_contain_text(f"{run_id} · running", timeout=WAIT_MS)
+        expect(bar).to_contain_text("left", timeout=WAIT_MS)  # an ETA once training has begun
         first = _bar_value(bar)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WAIT_S
         while _bar_value(bar) <= first and time.monotonic() < deadline:
             page.wait_for_timeout(200)
         moved = _bar_value(bar)
@@ -283,7 +302,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         pid = status["pid"]
         assert _is_worker(pid, run_id)
         os.kill(pid, signal.SIGKILL)
-        expect(bar).to_contain_text(f"{run_id} · crashed", timeout=30_000)
+        expect(bar).to_contain_text(f"{run_id} · crashed", timeout=WAIT_MS)
         box = page.locator(f".st-key-job_{run_id}")
         expect(box).to_contain_text(f"worker process died (pid {pid})")
         crashed_at = _bar_value(bar)
@@ -291,7 +310,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         _no_exception(page)
 
         box.get_by_role("button", name="Resume").click()
-        expect(bar).to_contain_text(f"{run_id} · done", timeout=120_000)
+        expect(bar).to_contain_text(f"{run_id} · done", timeout=WAIT_MS)
         assert _bar_value(bar) == 100
         status = _status(emalab_home, run_id)
         assert status["state"] == "done" and status["attempts"] == 2, status
@@ -303,23 +322,23 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
 
         # Its table, from the store, as LaTeX.
         page.goto(app_url + "/export")
-        page.get_by_role("heading", name="Export").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Export").wait_for(timeout=WAIT_MS)
         page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
         page.get_by_role("option", name=re.compile(r"^dilution_accuracy")).click()
         # The figure of a run's accuracy by lag is drawn for this table only: the rerun is through.
-        page.get_by_role("heading", name="Figure").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Figure").wait_for(timeout=WAIT_MS)
         _wait_for_charts(page, 1)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         rows = page.get_by_text(re.compile(r"^\d+ rows$"))
         assert int(rows.inner_text().split()[0]) >= int(JOB_OVERRIDES["max_lag"]) + 1  # a row per lag
-        with page.expect_download(timeout=60_000) as info:
+        with page.expect_download(timeout=WAIT_MS) as info:
             page.locator(".st-key-export_latex").get_by_role("button").click()
         download = info.value
         assert download.suggested_filename == "dilution_accuracy.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "\\bottomrule" in tex
         assert run_id in tex
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "export.png"))
         _no_exception(page)
@@ -333,8 +352,8 @@ def test_overview_links_and_quick_reproduction(app_url, chromium_browser):
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 1400})
     try:
         page.goto(app_url + "/")
-        page.get_by_role("heading", name="EMA Lab").wait_for(timeout=60_000)
-        page.get_by_text("The paper's claims, and where they are tested").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="EMA Lab").wait_for(timeout=WAIT_MS)
+        page.get_by_text("The paper's claims, and where they are tested").wait_for(timeout=WAIT_MS)
         expect(page.get_by_text("Fixed-decay traces dilute token identity")).to_be_visible()
         expect(page.get_by_text("Traces keep structure")).to_be_visible()
         expect(page.get_by_text("Traces lose content")).to_be_visible()
@@ -344,16 +363,16 @@ def test_overview_links_and_quick_reproduction(app_url, chromium_browser):
 
         page.get_by_role("button", name="Run the quick reproduction").click()
         started = page.get_by_text(re.compile(r"Launched: dilution-\w+-s\d+"))
-        started.wait_for(timeout=60_000)
+        started.wait_for(timeout=WAIT_MS)
         run_id = re.search(r"dilution-\w+-s\d+", started.inner_text()).group(0)
         _no_exception(page)
 
         page.get_by_role("link", name="Follow them on the Jobs page").click()
-        page.get_by_role("heading", name="Jobs").wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
         assert page.url.rstrip("/").endswith("/jobs")
         bar = _job_bar(page, run_id)
-        expect(bar).to_contain_text(re.compile(rf"{run_id} · (queued|running|done)"), timeout=30_000)
-        expect(bar).to_contain_text(f"{run_id} · done", timeout=120_000)
+        expect(bar).to_contain_text(re.compile(rf"{run_id} · (queued|running|done)"), timeout=WAIT_MS)
+        expect(bar).to_contain_text(f"{run_id} · done", timeout=WAIT_MS)
         _no_exception(page)
     finally:
         page.close()
@@ -366,9 +385,9 @@ def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chro
         page = chromium_browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
             page.goto(url + "/jobs")
-            page.get_by_role("heading", name="Jobs").wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
             nav = page.get_by_test_id("stSidebarNav")
-            nav.wait_for(timeout=60_000)
+            nav.wait_for(timeout=WAIT_MS)
             links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
             titles = [text.strip().split("\n")[-1] for text in links]
             assert titles == ["Overview", "Trace dilution", "Structure", "Content", "Jobs", "Export"], links
@@ -377,6 +396,28 @@ def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chro
             _no_exception(page)
         finally:
             page.close()
+
+
+def test_deep_links_open_their_pages_on_a_fresh_server(tmp_path, chromium_browser):
+    # Streamlit serves the default page at "/" only (its url_path is ""): once the router had run,
+    # /overview was "Page not found".  /jobs first, as the fresh server's first visitor, then /overview.
+    with _serve(tmp_path / "home", tmp_path / "server.log") as url:
+        for path, heading, text in (
+            ("/jobs", "Jobs", "Every result in EMA Lab comes from a job"),
+            ("/overview", "EMA Lab", "The paper's claims, and where they are tested"),
+        ):
+            page = chromium_browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                page.goto(url + path)
+                page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=WAIT_MS)
+                page.get_by_text(text).first.wait_for(timeout=WAIT_MS)
+                page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+                # The not-found dialog would have come before the page's own elements.
+                assert page.get_by_text("Page not found").count() == 0, path
+                assert page.get_by_role("heading", name=heading, exact=True).count() == 1, path
+                _no_exception(page)
+            finally:
+                page.close()
 
 
 def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
@@ -391,37 +432,37 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
     try:
         page.goto(app_url + "/")
         tested = page.get_by_role("link", name="Tested on: Structure")
-        tested.wait_for(timeout=60_000)
+        tested.wait_for(timeout=WAIT_MS)
         assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "structure"
 
         page.goto(app_url + "/structure")
-        page.get_by_role("heading", name="Structure", exact=True).wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Structure", exact=True).wait_for(timeout=WAIT_MS)
         _wait_for_charts(page, 2)  # roles, probe controls
         roles_chart = page.locator(CHARTS).first
-        expect(roles_chart).to_contain_text("within grammar (test)", timeout=60_000)
+        expect(roles_chart).to_contain_text("within grammar (test)", timeout=WAIT_MS)
         expect(roles_chart).to_contain_text("structure-dependent")
-        page.get_by_text("The paper's numbers beside ours").wait_for(timeout=60_000)
-        page.locator(".st-key-structure_control_dl_tex").get_by_role("button").wait_for(timeout=60_000)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.get_by_text("The paper's numbers beside ours").wait_for(timeout=WAIT_MS)
+        page.locator(".st-key-structure_control_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "structure.png"))
         _no_exception(page)
 
         page.get_by_test_id("stRadioGroup").get_by_text("novel vocabulary", exact=True).click()
-        expect(roles_chart).to_contain_text("split: novel vocabulary", timeout=60_000)
+        expect(roles_chart).to_contain_text("split: novel vocabulary", timeout=WAIT_MS)
         _wait_for_charts(page, 2)
         page.get_by_test_id("stRadioGroup").get_by_text("deep embedding", exact=True).click()
-        expect(roles_chart).to_contain_text("split: deep embedding", timeout=60_000)
+        expect(roles_chart).to_contain_text("split: deep embedding", timeout=WAIT_MS)
         expect(roles_chart).not_to_contain_text("pobj_det")  # the deep split has no prepositional phrases
         _no_exception(page)
 
-        with page.expect_download(timeout=60_000) as info:
+        with page.expect_download(timeout=WAIT_MS) as info:
             page.locator(".st-key-structure_paper_dl_tex").get_by_role("button").click()
         download = info.value
         assert download.suggested_filename == "structure_paper_vs_ours.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "0.795" in tex and "$\\pm$" in tex
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "structure_deep.png"))
         _no_exception(page)
@@ -442,31 +483,86 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     try:
         page.goto(app_url + "/")
         tested = page.get_by_role("link", name="Tested on: Content")
-        tested.wait_for(timeout=60_000)
+        tested.wait_for(timeout=WAIT_MS)
         assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "content"
 
         page.goto(app_url + "/content")
-        page.get_by_role("heading", name="Content", exact=True).wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Content", exact=True).wait_for(timeout=WAIT_MS)
         _wait_for_charts(page, 2)  # curves, ablation
         curves = page.locator(CHARTS).first
-        expect(curves).to_contain_text("Validation curves", timeout=60_000)
+        expect(curves).to_contain_text("Validation curves", timeout=WAIT_MS)
         expect(curves).to_contain_text("SPEN linear")
         expect(page.locator(CHARTS).nth(1)).to_contain_text("Predictor ablation")
-        page.get_by_text("The paper's numbers beside ours", exact=False).first.wait_for(timeout=60_000)
-        page.locator(".st-key-content_spread_dl_tex").get_by_role("button").wait_for(timeout=60_000)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.get_by_text("The paper's numbers beside ours", exact=False).first.wait_for(timeout=WAIT_MS)
+        page.locator(".st-key-content_spread_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "content.png"))
         _no_exception(page)
 
         page.get_by_test_id("stRadioGroup").get_by_text("EMA 0.9", exact=True).click()
-        expect(curves).to_contain_text("smoothed: EMA 0.9", timeout=60_000)
+        expect(curves).to_contain_text("smoothed: EMA 0.9", timeout=WAIT_MS)
         page.locator(".st-key-content_log_y").get_by_text("log y", exact=True).click()
-        expect(curves).to_contain_text("smoothed: EMA 0.9; log y", timeout=60_000)
+        expect(curves).to_contain_text("smoothed: EMA 0.9; log y", timeout=WAIT_MS)
         _wait_for_charts(page, 2)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=60_000)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(1500)  # vega draws the title after the marks: let the redraw finish
         page.screenshot(path=str(SHOTS / "content_smoothed_log.png"))
+        _no_exception(page)
+    finally:
+        page.close()
+
+
+def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, emalab_home, chromium_browser):
+    # The newcomer's path after the tests above: the quick reproduction was launched and its dilution
+    # run finished; real tiny SPEN and GPT runs are stored.  Their cards differ, a relaunch says
+    # "already done" and runs nothing, and the lm_eval table reads as a paper's table.
+    from playwright.sync_api import expect
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    lm_runs = {}
+    for folder in sorted((emalab_home / "runs").glob("lm-*")):
+        record = json.loads((folder / "config.json").read_text())
+        lm_runs.setdefault(record["config"]["model"], folder.name)
+    assert {"gpt", "spen"} <= set(lm_runs), lm_runs
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 2400}, accept_downloads=True)
+    try:
+        page.goto(app_url + "/jobs")
+        page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
+        cards = {model: page.locator(f".st-key-job_{run_id}") for model, run_id in lm_runs.items()}
+        for model, card in cards.items():
+            expect(card).to_contain_text(f"{lm_runs[model]} · done", timeout=WAIT_MS)
+        heads = {model: card.get_by_test_id("stMarkdown").first.inner_text() for model, card in cards.items()}
+        assert heads["gpt"] != heads["spen"] and "model=gpt" in heads["gpt"], heads
+        assert all(head.startswith("lm ") and "seed" in head for head in heads.values()), heads
+        page.screenshot(path=str(SHOTS / "jobs_told_apart.png"))
+        _no_exception(page)
+
+        page.goto(app_url + "/")
+        page.get_by_role("button", name="Run the quick reproduction").click()
+        done = page.get_by_text(re.compile(r"Already done: .*dilution-\w+-s\d+"))
+        done.wait_for(timeout=WAIT_MS)
+        assert "next free seed is" in done.inner_text()
+        expect(page.get_by_text(re.compile(r"^Launched"))).to_have_count(0)
+        expect(page.get_by_role("button", name=re.compile(r"^Use seed \d+$"))).to_have_count(0)  # no seed input here
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "relaunch_already_done.png"))
+        _no_exception(page)
+
+        page.goto(app_url + "/export")
+        page.get_by_role("heading", name="Export").wait_for(timeout=WAIT_MS)
+        page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
+        page.get_by_role("option", name=re.compile(r"^lm_eval")).click()
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+        with page.expect_download(timeout=WAIT_MS) as info:
+            page.locator(".st-key-export_latex").get_by_role("button").click()
+        tex = Path(info.value.path()).read_text()
+        assert "\\caption{" in tex and "\\label{tab:lm_eval}" in tex, tex
+        header = next(line for line in tex.splitlines() if "run_id" in line or "model" in line)
+        assert "model" in header and "predictor" in header, header
+        assert "gpt" in tex and "spen" in tex
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "export_lm_eval.png"))
         _no_exception(page)
     finally:
         page.close()

@@ -4,7 +4,7 @@ import json
 import math
 import subprocess
 import sys
-import time
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +14,8 @@ from pydantic import ValidationError
 
 from ema_core.lm import data as D
 
+# Liveness only: how long a wait for something that must happen may last before the test gives up.
+PATIENCE = 600
 TEXTS = ["It is a truth universally acknowledged.\n", "Café — naïve façade, 東京 and émoji 🙂.\n",
          "  whitespace\t\truns   and\n\n\n  blank lines  \n"]
 
@@ -158,29 +160,87 @@ def _check_offline(error, spec):
     assert "local path" in message and '"austen"' in message
 
 
-def test_hub_corpus_offline_mode_fails_at_once(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    start = time.perf_counter()
-    with pytest.raises(D.HubUnreachable) as info:
-        D.load_corpus("allenai/c4:en", max_docs=10)
-    assert time.perf_counter() - start < 1.0
-    _check_offline(info.value, "allenai/c4:en")
+# "Fails fast" is checked by what is called, not by a clock: the hub library (which retries for
+# ~25 s before it gives up) is never reached, and the only network call is the probe's one bounded
+# connect.
 
 
-def test_hub_unreachable_without_offline_flag_fails_fast(monkeypatch):
-    # No offline flag: the probe itself must notice.  Port 9 on loopback refuses at once, online or
-    # not, so this checks the probe (not the machine's network) and never hangs.
+@pytest.fixture
+def hub_calls(monkeypatch):
+    """Every TCP connect made (each still goes through), and every call that reached the hub library."""
+    calls = {"connect": [], "library": []}
+    real_connect = D.socket.create_connection
+
+    def connect(address, timeout=None, *args, **kwargs):
+        calls["connect"].append((address, timeout))
+        return real_connect(address, timeout, *args, **kwargs)
+
+    def library(*args, **kwargs):
+        calls["library"].append(args)
+        raise ConnectionError("the test stands in for the hub library")
+
+    monkeypatch.setattr(D.socket, "create_connection", connect)
+    monkeypatch.setattr(D, "_load_dataset", library)
+    return calls
+
+
+def _no_hub_env(monkeypatch):
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
+
+
+def test_hub_corpus_offline_mode_fails_at_once(monkeypatch, hub_calls):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(D.HubUnreachable) as info:
+        D.load_corpus("allenai/c4:en", max_docs=10)
+    _check_offline(info.value, "allenai/c4:en")
+    assert "HF_HUB_OFFLINE is set" in str(info.value)
+    assert hub_calls == {"connect": [], "library": []}  # the flag alone decides: not even a probe
+
+
+def test_hub_unreachable_without_offline_flag_fails_fast(monkeypatch, hub_calls):
+    # No offline flag: the probe itself must notice.  Port 9 on loopback refuses at once, online or
+    # not, so this checks the probe (not the machine's network) and never hangs.
+    _no_hub_env(monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    start = time.perf_counter()
     with pytest.raises(D.HubUnreachable) as info:
         D.load_corpus("HuggingFaceFW/fineweb-edu")
     _check_offline(info.value, "HuggingFaceFW/fineweb-edu")
-    with pytest.raises(D.HubUnreachable) as info:
+    assert "no connection to 127.0.0.1" in str(info.value)
+    with pytest.raises(D.HubUnreachable) as info:  # from_pretrained would fail as a CorpusError instead
         D.load_tokenizer("gpt2")
     _check_offline(info.value, "gpt2")
-    assert time.perf_counter() - start < 2 * (D.HUB_PROBE_SECONDS + 1)
+    # One bounded connect per call, and the library's retrying client never started.
+    assert hub_calls["connect"] == [(("127.0.0.1", 9), D.HUB_PROBE_SECONDS)] * 2
+    assert hub_calls["library"] == []
+
+
+def test_a_hub_probe_that_never_answers_is_given_up(monkeypatch, hub_calls):
+    # A connect (or DNS lookup) that hangs: the probe stops waiting after its bound, while the
+    # connect is still hanging, and says so.  Were the probe to wait for the connect, the call
+    # would only return once the connect is let go, PATIENCE seconds on, and the check below fails.
+    _no_hub_env(monkeypatch)
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.invalid")
+    monkeypatch.setattr(D, "HUB_PROBE_SECONDS", 0.2)
+    release, returned = threading.Event(), threading.Event()
+
+    def hanging_connect(address, timeout=None, *args, **kwargs):
+        try:
+            release.wait(PATIENCE)
+            raise OSError("let go by the test")
+        finally:
+            returned.set()
+
+    monkeypatch.setattr(D.socket, "create_connection", hanging_connect)
+    try:
+        with pytest.raises(D.HubUnreachable) as info:
+            D.load_corpus("HuggingFaceFW/fineweb-edu")
+        assert not returned.is_set(), "the probe waited for a connect that never answered"
+    finally:
+        release.set()
+    _check_offline(info.value, "HuggingFaceFW/fineweb-edu")
+    assert "no answer from hub.invalid within 0.2 s" in str(info.value)
+    assert hub_calls["library"] == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ process ingesting in a loop, 2 readers querying like open pages, and one exporte
 exporter may ever see an exception, and the store must end with exactly the rows written.
 
 The normal suite runs it for ``SHORT_SECONDS``; the 2-minute version is marked slow and runs when
-``EMALAB_STRESS_SECONDS`` is set, e.g. ``EMALAB_STRESS_SECONDS=120 pytest -m slow tests/test_store_concurrency.py``.
+``EMALAB_STRESS_SECONDS`` is set: ``make stress`` (``make stress STRESS=600`` for longer).  Either way
+the run ends only once every ingester, reader and exporter has made its passes, so a busy machine
+makes it longer, never a failure.
 """
 import json
 import multiprocessing as mp
@@ -28,10 +30,17 @@ from store.ingest import ingest
 ROOT = Path(__file__).resolve().parents[1]
 SHORT_SECONDS = 12.0
 KEYS = ("loss", "acc", "lr")
+# Liveness only: how long to wait for something that must happen (a process starting, a pass
+# ending) before calling it stuck.  Ten times what a loaded 2-core machine needs; never a speed target.
+PATIENCE = 600
+ROUNDS = 3  # passes each ingester, reader and exporter must make before the run may end
 
 
 def _child_env(home: str) -> None:
     os.environ["EMALAB_HOME"] = home
+    # The store's own wait for a busy file (30 s by default) is a clock: eight processes on a loaded
+    # machine may queue longer.  Here it is liveness only; what is checked is that nothing fails.
+    os.environ["EMALAB_STORE_TIMEOUT"] = str(PATIENCE)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
 
@@ -73,7 +82,7 @@ def _writer(home, idx, ready, stop_at, results):
         results.put(("writer", idx, seq, traceback.format_exc()))
 
 
-def _ingester(home, ready, stop, results):
+def _ingester(home, ready, stop, results, progress):
     _child_env(home)
     ready.wait()
     passes, errors = 0, []
@@ -84,11 +93,12 @@ def _ingester(home, ready, stop, results):
             passes += 1
         except Exception:  # noqa: BLE001
             errors.append(traceback.format_exc())
+        progress.value += 1
         time.sleep(random.uniform(0.05, 0.3))
     results.put(("ingester", passes, errors))
 
 
-def _reader(home, idx, ready, stop, results):
+def _reader(home, idx, ready, stop, results, progress):
     """What an open page does: list runs, draw a metric, show counts and a grouped table."""
     _child_env(home)
     from store import queries
@@ -109,11 +119,12 @@ def _reader(home, idx, ready, stop, results):
             n += 1
         except Exception:  # noqa: BLE001 - any exception here would reach a user
             errors.append(traceback.format_exc())
+        progress.value += bool(max_rows)  # passes that had rows to read
         time.sleep(random.uniform(0.0, 0.03))
     results.put(("reader", n, errors, max_rows))
 
 
-def _exporter(home, ready, stop, results):
+def _exporter(home, ready, stop, results, progress):
     _child_env(home)
     from store.export import export_table
 
@@ -127,6 +138,7 @@ def _exporter(home, ready, stop, results):
             n += 1
         except Exception:  # noqa: BLE001
             errors.append(traceback.format_exc())
+        progress.value += 1
         time.sleep(random.uniform(0.0, 0.1))
     results.put(("exporter", n, errors))
 
@@ -134,12 +146,14 @@ def _exporter(home, ready, stop, results):
 def _stress(home: Path, seconds: float) -> None:
     ctx = mp.get_context("spawn")
     # Everyone starts together once the spawned interpreters have imported pandas and DuckDB.
-    ready, stop, results = ctx.Barrier(8, timeout=120), ctx.Event(), ctx.Queue()
+    ready, stop, results = ctx.Barrier(8, timeout=PATIENCE), ctx.Event(), ctx.Queue()
     stop_at = ctx.Value("d", 0.0)
+    progress = [ctx.Value("i", 0) for _ in range(4)]
     writers = [ctx.Process(target=_writer, args=(str(home), i, ready, stop_at, results)) for i in range(3)]
-    others = ([ctx.Process(target=_ingester, args=(str(home), ready, stop, results))]
-              + [ctx.Process(target=_reader, args=(str(home), i, ready, stop, results)) for i in range(2)]
-              + [ctx.Process(target=_exporter, args=(str(home), ready, stop, results))])
+    others = ([ctx.Process(target=_ingester, args=(str(home), ready, stop, results, progress[0]))]
+              + [ctx.Process(target=_reader, args=(str(home), i, ready, stop, results, progress[1 + i]))
+                 for i in range(2)]
+              + [ctx.Process(target=_exporter, args=(str(home), ready, stop, results, progress[3]))])
     procs = writers + others
     for p in procs:
         p.start()
@@ -148,12 +162,19 @@ def _stress(home: Path, seconds: float) -> None:
         ready.wait()
         stop_at.value = time.time() + seconds
         for p in writers:
-            p.join(seconds + 60)
+            p.join(seconds + PATIENCE)
+        # The others go on until each has made its passes (readers: with rows to read), so that a
+        # slow machine lengthens the run instead of failing it.
+        deadline = time.monotonic() + PATIENCE
+        while min(v.value for v in progress) < ROUNDS:
+            assert all(p.is_alive() for p in others), [p.exitcode for p in others]
+            assert time.monotonic() < deadline, f"passes never made: {[v.value for v in progress]}"
+            time.sleep(0.1)
         time.sleep(0.5)  # one more ingest pass after the last events, while readers still read
         stop.set()
         for p in others:
-            p.join(60)
-        got = [results.get(timeout=10) for _ in procs]
+            p.join(PATIENCE)
+        got = [results.get(timeout=PATIENCE) for _ in procs]
     finally:
         for p in procs:
             if p.is_alive():
@@ -168,13 +189,13 @@ def _stress(home: Path, seconds: float) -> None:
     assert writer_errors == []
     (passes, ingest_errors), = by_role["ingester"]
     assert ingest_errors == []
-    assert passes >= 3
+    assert passes >= ROUNDS
     for n, errors, max_rows in by_role["reader"]:
         assert errors == [], errors[0]
-        assert n >= 3 and max_rows > 0  # they really read while the store was filling
+        assert n >= ROUNDS and max_rows > 0  # they really read while the store was filling
     (exports, export_errors), = by_role["exporter"]
     assert export_errors == [], export_errors[0]
-    assert exports >= 3
+    assert exports >= ROUNDS
 
     assert ingest(home)["errors"] == []  # whatever the loop had not seen yet
     written = {run_id_for("stress", {"width": 8, "stress": True}, idx): seq for idx, seq, _ in by_role["writer"]}
@@ -225,8 +246,10 @@ def test_sigkill_during_ingest_leaves_a_consistent_store(tmp_path, monkeypatch):
     small = RunDir.for_id(run_id_for("big", {"n": 2}, 0))
     small.create("big", {"n": 2}, 0)
     _append(small, 0, 10)
-    total, interrupted, work = 0, 0, None
-    for _ in range(5):
+    total, interrupted, rounds, work = 0, 0, 0, None
+    while interrupted < 3:  # rounds until three kills have landed inside an ingest
+        rounds += 1
+        assert rounds <= 20, f"only {interrupted} of {rounds - 2} kills landed while ingest was working"
         _append(big, total, 25_000)  # new work every time, so every child has something to be killed in
         total += 25_000
         proc = subprocess.Popen([sys.executable, "-c", _INGEST_CHILD, str(ROOT)], stdout=subprocess.PIPE, text=True)
@@ -241,7 +264,10 @@ def test_sigkill_during_ingest_leaves_a_consistent_store(tmp_path, monkeypatch):
         else:
             time.sleep(rng.uniform(0.02, 0.9) * work)
             proc.send_signal(signal.SIGKILL)
-            interrupted += "done" not in proc.communicate()[0]
+            if "done" in proc.communicate()[0]:
+                work /= 2  # it finished first (the machine got quicker): aim earlier, and go again
+            else:
+                interrupted += 1
         # Between kills the store must always open and agree with itself.
         with open_store(readonly=True) as conn:
             rows = conn.execute("SELECT count(*) FROM metrics WHERE run_id = ?", [big.run_id]).fetchone()[0]
@@ -253,7 +279,6 @@ def test_sigkill_during_ingest_leaves_a_consistent_store(tmp_path, monkeypatch):
             assert before.count(b"\n") == ingested_events and (not before or before.endswith(b"\n"))
         else:
             assert ingested_events == 0
-    assert interrupted >= 3, "the kills should land while ingest is working"
     report = ingest()
     assert report["errors"] == []
     with open_store(readonly=True) as conn:

@@ -17,6 +17,8 @@ from store.ingest import ingest
 from store.queries import list_runs, store_summary
 
 ROOT = Path(__file__).resolve().parents[1]
+# Liveness only: how long a wait for something that must happen may last before the test gives up.
+PATIENCE = 600
 ALL_TABLES = {"emalab_meta", "schema_migrations", "runs", "metrics", "ingest_state", "dilution_accuracy",
               "probe_accuracy", "lm_eval", "bench_figures"}
 
@@ -188,69 +190,139 @@ def test_check_reports_a_refused_file_instead_of_raising(home):
     assert not report["ok"] and "not a DuckDB database" in report["problems"][0]
 
 
-def _hold_store(seconds: float) -> subprocess.Popen:
-    """Another process holding the store read-write, as a careless tool would."""
+def _hold_store() -> subprocess.Popen:
+    """Another process holding the store read-write, as a careless tool would, until told to let go."""
     code = textwrap.dedent(f"""
-        import sys, time, duckdb
+        import sys, duckdb
         conn = duckdb.connect({str(store_path())!r})
         print("held", flush=True)
-        time.sleep({seconds})
+        sys.stdin.readline()  # a line, or the test's end, lets go
         conn.close()
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
 
 
-def test_a_held_store_is_waited_for_then_reported_in_words(home):
+def _let_go(proc: subprocess.Popen) -> None:
+    proc.stdin.write("let go\n")
+    proc.stdin.flush()
+
+
+class _Clock:
+    """The store's clock, stood in for: its waits take no real time, and each is recorded."""
+
+    def __init__(self):
+        self.now, self.slept = 1000.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def __getattr__(self, name):  # anything else: the real one
+        return getattr(time, name)
+
+
+def test_a_held_store_is_waited_for_then_reported_in_words(home, monkeypatch):
     with open_store(readonly=False):
         pass
-    proc = _hold_store(60)
+    proc = _hold_store()
+    # On the stand-in clock the store's waiting is counted, not timed: a busy machine cannot change it.
+    clock = _Clock()
+    monkeypatch.setattr(db, "time", clock)
     try:
-        t0 = time.monotonic()
-        with pytest.raises(StoreBusy, match="busy for 1 s"):
+        with pytest.raises(StoreBusy, match="busy for 1 s") as info:
             with open_store(readonly=True, timeout=1.0):
                 pass
-        assert 0.9 < time.monotonic() - t0 < 5
+        assert "DuckDB's file lock is held elsewhere" in str(info.value)
+        # It tried again and again, backing off, for the whole timeout: neither at once nor longer.
+        assert len(clock.slept) >= 3 and sum(clock.slept) == pytest.approx(1.0)
         RunDir.for_id("r-1").create("k", {}, 0)
+        clock.slept.clear()
         with pytest.raises(StoreBusy):
             ingest(timeout=0.5)
+        assert len(clock.slept) >= 3 and sum(clock.slept) == pytest.approx(0.5)
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_a_reader_waits_out_a_short_hold(home):
+def test_a_reader_waits_out_a_short_hold(home, monkeypatch):
     with open_store(readonly=False):
         pass
-    proc = _hold_store(1.0)
+    proc = _hold_store()
+    tries = []
+    real_connect = duckdb.connect
+
+    def connect(database, *args, **kwargs):
+        try:
+            conn = real_connect(database, *args, **kwargs)
+        except duckdb.Error:
+            tries.append("refused")
+            if tries.count("refused") == 1:
+                _let_go(proc)  # the holder lets go only once the reader has been turned away
+            raise
+        tries.append("opened")
+        return conn
+
+    monkeypatch.setattr(db.duckdb, "connect", connect)
+    monkeypatch.setenv("EMALAB_STORE_TIMEOUT", str(PATIENCE))  # the default timeout, as liveness only
     try:
-        t0 = time.monotonic()
-        assert list_runs().empty  # default timeout: waits ~1 s, then reads
-        assert time.monotonic() - t0 > 0.5
+        assert list_runs().empty  # refused while held, then waits and reads: no error
     finally:
+        proc.kill()
         proc.wait()
+    assert tries[0] == "refused" and tries[-1] == "opened", tries
 
 
-def test_a_writer_queues_behind_another_writer(home):
+def test_a_writer_queues_behind_another_writer(home, monkeypatch):
     """The file lock makes a second writer wait for the first instead of failing."""
+    import threading
+
     code = textwrap.dedent(f"""
-        import sys, time
+        import sys
         sys.path.insert(0, {str(ROOT)!r})
         from store.db import open_store
         with open_store(readonly=False, home=__import__("pathlib").Path({str(home)!r})) as conn:
             print("writing", flush=True)
-            time.sleep(1.0)
+            sys.stdin.readline()  # until the test's own writer is waiting for the lock
             conn.execute("INSERT INTO runs (run_id, kind) VALUES ('from-other', 'k')")
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    waiting = threading.Event()
+
+    class FileLock(db.filelock.FileLock):  # says when the second writer starts waiting
+        def acquire(self, *args, **kwargs):
+            waiting.set()
+            return super().acquire(*args, **kwargs)
+
+    got = []
+
+    def second_writer():
+        try:
+            with open_store(readonly=False, timeout=PATIENCE) as conn:
+                got.append(conn.execute("SELECT run_id FROM runs").fetchall())
+        except Exception as exc:  # noqa: BLE001 - reported below
+            got.append(exc)
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "writing"
-        with open_store(readonly=False, timeout=20) as conn:
-            assert conn.execute("SELECT run_id FROM runs").fetchall() == [("from-other",)]
+        monkeypatch.setattr(db.filelock, "FileLock", FileLock)
+        writer = threading.Thread(target=second_writer, daemon=True)
+        writer.start()
+        assert waiting.wait(PATIENCE), "the second writer never reached the lock"
+        _let_go(proc)  # the first writer commits only now, while the second one waits
+        writer.join(PATIENCE)
+        assert not writer.is_alive(), "the second writer never got the store"
+        assert proc.wait(PATIENCE) == 0
     finally:
-        proc.wait()
-    assert proc.returncode == 0
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got == [[("from-other",)]]  # it waited for the first writer's row, instead of failing
 
 
 def test_threads_of_one_process_share_the_file_safely(home):
