@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import linalg
-from threadpoolctl import ThreadpoolController
 
+from ema_core.blas import blas_limit
 from ema_core.config import DilutionConfig
 from ema_core.jit import njit, prange
 from ema_core.scan import ema_scan, validate_alphas
@@ -167,22 +167,12 @@ def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> Identity
     t_start = time.perf_counter()
     if cfg is None or overrides:  # build (and validate) from the given config plus any overrides
         cfg = DilutionConfig(**{**(cfg.model_dump() if cfg else {}), **overrides})
-    # The matrices here are small (p ≤ a few hundred at the page's defaults): BLAS threads cost
-    # more in hand-offs than they return, and they fight numba's threads for 2 cores
-    # (measured: median 120 ms with 2 BLAS threads, 70 ms with 1).
-    with _blas_limit(1):
+    # Small matrices (p ≤ a few hundred at the page's defaults): one BLAS thread (see ema_core/blas.py).
+    with blas_limit(1):
         frame = _measure(cfg)
     return IdentityResult(cfg, frame, 1.0 / cfg.vocab, time.perf_counter() - t_start)
 
 
-def _blas_limit(n: int):
-    global _BLAS
-    if _BLAS is None:
-        _BLAS = ThreadpoolController()  # inspecting the loaded libraries once is the slow part
-    return _BLAS.limit(limits=n, user_api="blas")
-
-
-_BLAS = None
 
 
 def _measure(cfg: DilutionConfig) -> pd.DataFrame:

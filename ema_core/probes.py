@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ema_core.blas import blas_limit
+
 PROBE_KINDS = ("ridge", "logistic")
 # Regularisation grids, weakest penalty last.  For ridge the value is the penalty α on the
 # standardised features; for logistic it is C (the inverse penalty), sklearn's conventions.
@@ -79,12 +81,13 @@ def fit_probe(X: np.ndarray, y: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray
     for reg in (sorted(grid, reverse=True) if kind == "ridge" else sorted(grid)):
         model = (RidgeClassifier(alpha=reg, solver="cholesky") if kind == "ridge"
                  else LogisticRegression(C=reg, max_iter=max_iter, random_state=seed))
-        with warnings.catch_warnings():
+        # One BLAS thread: small solves, shared cores (see ema_core/blas.py).
+        with warnings.catch_warnings(), blas_limit(1):
             # A weak probe stopped at max_iter is still a fixed, reproducible probe; its dev score
             # already says how good it is.
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(Xs, y)
-        acc = float((model.predict(Xd) == y_dev).mean())
+            acc = float((model.predict(Xd) == y_dev).mean())
         dev_acc[reg] = acc
         if best is None or acc > best[0]:
             best = (acc, reg, model)
