@@ -362,21 +362,8 @@ def probe_control_chart(frame: pd.DataFrame) -> alt.LayerChart:
 
 # -- content (PAPER.md §3) ---------------------------------------------------------------------------
 
-# Every language-model variant (model, predictor, attention input) in the order the page lists them,
-# with its label and a colour that stays the same whatever else is shown.  A GPT carries the
-# predictor and input of the SPEN it was sized to; the launch form's GPT is sized to SPEN linear.
-_VARIANT_LABELS = {
-    ("gpt", "linear", "state"): "GPT",
-    ("spen", "linear", "state"): "SPEN linear",
-    ("spen", "linear_attention", "state"): "SPEN linear attention (state)",
-    ("spen", "linear_attention", "sequence"): "SPEN linear attention (sequence)",
-    ("spen", "linear_attention", "tokens"): "SPEN linear attention (tokens)",
-    ("spen", "softmax_attention", "state"): "SPEN softmax attention (state)",
-    ("spen", "softmax_attention", "sequence"): "SPEN softmax attention (sequence)",
-    ("spen", "softmax_attention", "tokens"): "SPEN softmax attention (tokens)",
-}
-LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
-    key: (label, palette.lm_variant_color(*key)) for key, label in _VARIANT_LABELS.items()}
+# Every language-model variant (model, predictor, attention input): its label and colour.
+LM_VARIANTS = palette.LM_VARIANTS
 PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
                     "softmax_attention": "softmax attention"}
 # What an attention predictor reads.

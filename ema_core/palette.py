@@ -49,22 +49,23 @@ CONDITION_COLORS: dict[str, str] = {"trained": "#4c78a8", "untrained": "#bab0ac"
 # the SPEN it was sized to (the launch form's GPT is sized to SPEN linear).  An attention predictor
 # reading past trace states is the lighter shade of the same predictor reading the current state.
 GPT_COLOR = "#333333"
-LM_VARIANT_COLORS: dict[tuple[str, str, str], str] = {
-    ("gpt", "linear", "state"): GPT_COLOR,
-    ("spen", "linear", "state"): "#4c78a8",
-    ("spen", "linear_attention", "state"): "#f58518",
-    ("spen", "linear_attention", "sequence"): "#ffbf79",
-    ("spen", "linear_attention", "tokens"): "#e45756",
-    ("spen", "softmax_attention", "state"): "#54a24b",
-    ("spen", "softmax_attention", "sequence"): "#9be28f",
-    ("spen", "softmax_attention", "tokens"): "#b279a2",
+# Each variant's label and colour, in the order the pages list them.
+LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("gpt", "linear", "state"): ("GPT", GPT_COLOR),
+    ("spen", "linear", "state"): ("SPEN linear", "#4c78a8"),
+    ("spen", "linear_attention", "state"): ("SPEN linear attention (state)", "#f58518"),
+    ("spen", "linear_attention", "sequence"): ("SPEN linear attention (sequence)", "#ffbf79"),
+    ("spen", "linear_attention", "tokens"): ("SPEN linear attention (tokens)", "#e45756"),
+    ("spen", "softmax_attention", "state"): ("SPEN softmax attention (state)", "#54a24b"),
+    ("spen", "softmax_attention", "sequence"): ("SPEN softmax attention (sequence)", "#9be28f"),
+    ("spen", "softmax_attention", "tokens"): ("SPEN softmax attention (tokens)", "#b279a2"),
 }
 OTHER_COLOR = "#9d755d"  # a series this palette does not know (a new variant, a renamed feature set)
 REFERENCE_COLOR = "#888888"  # reference lines: chance
 
 
 def lm_variant_color(model: str, predictor: str, attn_input: str) -> str:
-    return LM_VARIANT_COLORS.get((model, predictor, attn_input), OTHER_COLOR)
+    return LM_VARIANTS.get((model, predictor, attn_input), ("", OTHER_COLOR))[1]
 
 
 def scale_range(domain: Iterable[str], color_of: Callable[[str], str]) -> list[str]:
