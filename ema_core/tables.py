@@ -63,6 +63,23 @@ def _plain_integers(name) -> bool:
     return name.endswith("seed") or name.endswith("_id") or name == "id"
 
 
+def preview_formats(df: pd.DataFrame) -> dict[str, str]:
+    """The display format of each numeric column of ``df`` on a page: the exported files' decimals
+    (:func:`column_decimals`) as a printf format, counts with the reader's thousands separator
+    ("localized"), identifiers plain.  A long table (one column of several quantities) is left alone."""
+    out = {}
+    for name in df.columns:
+        s = df[name]
+        if not _is_numeric(s) or _plain_integers(name):
+            continue
+        if pd.api.types.is_integer_dtype(s):
+            out[str(name)] = "localized"
+        else:
+            decimals = column_decimals(s.dropna().tolist())
+            out[str(name)] = "%.2e" if decimals is None else f"%.{decimals}f"
+    return out
+
+
 def decimals_by(values: pd.Series, by: pd.Series | None = None) -> list[int | None]:
     """:func:`column_decimals` for every row of ``values``: of the whole column, or of the rows
     sharing its value of ``by`` (a long table's key, whose rows hold different quantities)."""

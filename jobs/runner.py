@@ -75,7 +75,8 @@ def _shown_value(value: Any) -> str:
 
 
 def job_label(kind: str, config: dict, preset: str | None) -> dict[str, Any]:
-    """What tells a job apart: its kind, its preset and the settings that differ from that preset.
+    """What tells a job apart: its kind, its preset, the kind's identity settings (always named, see
+    ``Experiment.identity``) and the settings that differ from that preset.
 
     Returns ``{"label": "lm tiny · model=gpt, corpus=austen", "settings": "model=gpt, corpus=austen",
     "changes": {name: value}}``, settings in the config's own order, the seed left out (it is shown
@@ -83,10 +84,16 @@ def job_label(kind: str, config: dict, preset: str | None) -> dict[str, Any]:
     with the kind's defaults.
     """
     reference = (_reference_config(kind, preset) if preset is not None else None) or _reference_config(kind, None) or {}
+    try:
+        identity = get_experiment(kind).identity
+    except ValueError:  # a kind the code no longer has
+        identity = ()
     order = {name: i for i, name in enumerate(reference)}
     changed = [(name, value) for name, value in (config or {}).items()
-               if name != "seed" and (name not in reference or reference[name] != value)]
-    changes = dict(sorted(changed, key=lambda item: (order.get(item[0], len(order)), item[0])))
+               if name != "seed" and (name in identity or name not in reference or reference[name] != value)]
+    # The kind's identity settings first, in their declared order; then the others, in the config's.
+    rank = {name: i - len(identity) for i, name in enumerate(identity)}
+    changes = dict(sorted(changed, key=lambda item: (rank.get(item[0], order.get(item[0], len(order))), item[0])))
     settings = ", ".join(f"{name}={_shown_value(value)}" for name, value in changes.items())
     label = f"{kind} {preset if preset is not None else '(no preset)'}" + (f" · {settings}" if settings else "")
     return {"label": label, "settings": settings, "changes": changes}

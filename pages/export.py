@@ -4,6 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ema_core.figures import identity_chart
+from ema_core.tables import preview_formats
 from pages._router import ensure_router
 from pages._state import read_store
 from pages._ui import chart_with_downloads
@@ -42,7 +43,10 @@ if len(frame):
 else:  # the same words as the CLI and the files: an empty export is said, never silently blank
     st.info(f"{EMPTY} — {'the runs picked have' if run_ids else 'the store has'} nothing for {table} yet.",
             icon=":material/info:")
-st.dataframe(frame, hide_index=True, height=min(420, 38 + 35 * max(len(frame), 1)), key="export_preview")
+# The preview shows each column's numbers as the downloads write them.
+formats = {} if "key" in frame.columns else preview_formats(frame)
+st.dataframe(frame, hide_index=True, height=min(420, 38 + 35 * max(len(frame), 1)), key="export_preview",
+             column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in formats.items()})
 if len(frame):
     stem = table + ("-grouped" if grouped and can_group else "")
     with st.container(horizontal=True, gap="small"):

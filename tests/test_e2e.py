@@ -268,6 +268,13 @@ def _bar_value(bar) -> float:
     return float(bar.get_by_role("progressbar").get_attribute("aria-valuenow") or 0)
 
 
+def _open_export_table(page, app_url: str, table: str) -> None:
+    page.goto(app_url + "/export")
+    page.get_by_role("heading", name="Export").wait_for(timeout=WAIT_MS)
+    page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
+    page.get_by_role("option", name=re.compile(rf"^{table}")).click()
+
+
 def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chromium_browser):
     from playwright.sync_api import expect
 
@@ -321,10 +328,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         _no_exception(page)
 
         # Its table, from the store, as LaTeX.
-        page.goto(app_url + "/export")
-        page.get_by_role("heading", name="Export").wait_for(timeout=WAIT_MS)
-        page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
-        page.get_by_role("option", name=re.compile(r"^dilution_accuracy")).click()
+        _open_export_table(page, app_url, "dilution_accuracy")
         # The figure of a run's accuracy by lag is drawn for this table only: the rerun is through.
         page.get_by_role("heading", name="Figure").wait_for(timeout=WAIT_MS)
         _wait_for_charts(page, 1)
@@ -549,10 +553,7 @@ def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, ema
         page.screenshot(path=str(SHOTS / "relaunch_already_done.png"))
         _no_exception(page)
 
-        page.goto(app_url + "/export")
-        page.get_by_role("heading", name="Export").wait_for(timeout=WAIT_MS)
-        page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
-        page.get_by_role("option", name=re.compile(r"^lm_eval")).click()
+        _open_export_table(page, app_url, "lm_eval")
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         with page.expect_download(timeout=WAIT_MS) as info:
             page.locator(".st-key-export_latex").get_by_role("button").click()

@@ -347,7 +347,14 @@ def test_an_lm_label_shows_what_tells_it_apart(home):
     rd = RunDir.for_id("lm-label-s2", home)
     rd.create("lm", cfg, 2, preset="tiny")  # a queued run folder is enough: nothing runs
     row = job_summary(rd)
-    assert row["label"] == "lm tiny · model=gpt" and row["seed"] == 2 and row["settings"] == "model=gpt"
+    # The kind's identity settings are named even where they keep the preset's value (a SPEN run
+    # and a GPT run then read differently at a glance), then whatever else differs.
+    assert row["label"] == "lm tiny · model=gpt, predictor=linear, attn_input=state, corpus=austen", row
+    assert row["seed"] == 2
+    spen = build_config("lm", preset="tiny", overrides={"steps": 700}, seed=2).model_dump(mode="json")
+    rd = RunDir.for_id("lm-label-spen-s2", home)
+    rd.create("lm", spen, 2, preset="tiny")
+    assert job_summary(rd)["settings"] == "model=spen, predictor=linear, attn_input=state, corpus=austen, steps=700"
 
 
 def test_relaunch_finds_the_done_run_and_the_next_free_seed(home, runners):

@@ -264,3 +264,13 @@ def test_a_full_disk_leaves_no_partial_file(runs, monkeypatch):
             export_table("lm_eval", "markdown")
     assert [p.name for p in files_under(exports_dir())] == ["runs.csv"]  # no temp files, no new file
     assert (exports_dir() / "runs.csv").read_bytes() == old
+
+
+def test_the_page_preview_takes_the_exports_decimals():
+    from ema_core.tables import preview_formats, to_markdown
+
+    frame = pd.DataFrame({"run_id": ["a", "b"], "seed": [0, 12345], "params": [923904, 1117952],
+                          "loss": [5.7526, 5.80031], "ppl": [315.0024, 330.396], "tiny": [1e-5, 2e-5]})
+    assert preview_formats(frame) == {"params": "localized", "loss": "%.3f", "ppl": "%.1f", "tiny": "%.2e"}
+    # the same decimals the downloads write
+    assert "330.4" in to_markdown(frame[["ppl"]]) and "5.800" in to_markdown(frame[["loss"]])

@@ -202,4 +202,5 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="A language model on real text: SPEN (EMA traces only, a predictor ablation) or the same-size GPT.",
+    identity=("model", "predictor", "attn_input", "corpus"),
 )

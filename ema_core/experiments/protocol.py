@@ -59,6 +59,9 @@ class Experiment:
     presets: dict[str, dict[str, Any]]
     run: Callable[[BaseModel, Reporter], dict]
     description: str
+    # Settings a run's label always names, whatever its preset sets: what tells one run of the kind
+    # from another at a glance (a SPEN run from a GPT run when both keep their preset's other values).
+    identity: tuple[str, ...] = ()
 
 
 @dataclass
