@@ -91,7 +91,7 @@ def _metric_layout(rows_per_run: int) -> tuple[np.ndarray, np.ndarray, list[str]
 
 def fill(home: Path, n_runs: int, metric_rows: int) -> dict:
     """Write ``n_runs`` run folders and the store that ingesting them would give; returns counts."""
-    from jobs.rundir import run_id_for
+    from ema_core.rundir import run_id_for
     from store.db import open_store
     from store.ingest import _RUN_COLUMNS, _run_row
 

@@ -1,5 +1,5 @@
-"""Where EMA Lab keeps its data: the one rule, here because ``ema_core`` may not import the job
-runner while the job runner may import ``ema_core`` (``jobs.rundir`` re-exports ``emalab_home``)."""
+"""Where EMA Lab keeps its data: the one rule, used by the science, the run-folder format
+(``ema_core.rundir``), the store and the job runner."""
 from __future__ import annotations
 
 import os

@@ -93,7 +93,7 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
 def cmd_run(args) -> int:
     from ema_core.experiments.units import with_unit
     from jobs.registry import build_config
-    from jobs.rundir import RESUMABLE_STATES, StorageError
+    from ema_core.rundir import RESUMABLE_STATES, StorageError
     from jobs.runner import LocalRunner, existing_run, next_free_seed
 
     # Validated here, before the runner creates the run folder: a bad value writes nothing.
@@ -150,7 +150,7 @@ def _run_record(runner, run_id: str, preset: str | None, background: bool, reuse
     these settings that has no run yet; ``units``: the unit of each summary value that has one.
     """
     from ema_core.experiments.units import units_for
-    from jobs.rundir import RunDir
+    from ema_core.rundir import RunDir
 
     rd = RunDir.for_id(run_id, runner.home)
     st = runner.status(run_id)
@@ -278,7 +278,7 @@ def _job_table(rows: list[dict]) -> str:
 
 
 def _known(run_id: str) -> None:
-    from jobs.rundir import RunDir
+    from ema_core.rundir import RunDir
 
     try:
         ok = RunDir.for_id(run_id).exists()
@@ -447,7 +447,7 @@ def _record(bench: str, report: dict, args) -> int:
             machine = {**machine, key: report[key]}
     command = " ".join(["emalab", "bench", args.name] + (["--quick"] if args.quick else [])
                        + (["--T", str(args.T)] if args.T else []))
-    from jobs.rundir import StorageError
+    from ema_core.rundir import StorageError
     from store import StoreError
 
     try:
@@ -511,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from jobs.rundir import DamagedRunError, StorageError
+    from ema_core.rundir import DamagedRunError, StorageError
 
     try:
         args = build_parser().parse_args(argv)

@@ -22,7 +22,7 @@ def main(argv=None) -> int:
     from ema_core.experiments import NullReporter, get_experiment
     from jobs.cli import _jsonable, _parse_sets
     from jobs.registry import build_config
-    from jobs.rundir import RESUMABLE_STATES, RunDir, now_iso, run_id_for
+    from ema_core.rundir import RESUMABLE_STATES, RunDir, now_iso, run_id_for
     from jobs.worker import run_job
 
     ap = argparse.ArgumentParser(prog="torchrun ... -m jobs.ddp", description=__doc__.split("\n")[0])

@@ -19,7 +19,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from jobs.rundir import RunDir, now_iso
+from ema_core.rundir import RunDir, now_iso
 from jobs.runner import ROOT, Runner
 from jobs.worker import run_job
 

@@ -1,6 +1,6 @@
 """The local runner: jobs as detached worker processes, a fixed number of slots, state in run folders.
 
-Everything the runner knows lives in ``$EMALAB_HOME/runs/<run_id>/`` (see :mod:`jobs.rundir`), so
+Everything the runner knows lives in ``$EMALAB_HOME/runs/<run_id>/`` (see :mod:`ema_core.rundir`), so
 any number of runners (the app, a CLI, a restarted app) see the same jobs, and a job outlives the
 process that launched it.
 
@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel
 
 from jobs.registry import build_config, get_experiment
-from jobs.rundir import (
+from ema_core.rundir import (
     FINAL_STATES,
     RESUMABLE_STATES,
     DamagedRunError,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from jobs.rundir import RunDir, now_iso
+from ema_core.rundir import RunDir, now_iso
 
 # The experiments (torch, sklearn, ...) are imported only once this worker holds the run's lock:
 # a spare worker, started while the first was still importing, then exits in a fraction of a second.

@@ -5,7 +5,7 @@ from typing import Callable, Iterable, TypeVar
 
 import streamlit as st
 
-from jobs.rundir import RESUMABLE_STATES, emalab_home
+from ema_core.rundir import RESUMABLE_STATES, emalab_home
 from jobs.runner import LocalRunner
 
 T = TypeVar("T")

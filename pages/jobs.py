@@ -8,7 +8,7 @@ import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import with_unit
-from jobs.rundir import RESUMABLE_STATES
+from ema_core.rundir import RESUMABLE_STATES
 from jobs.runner import format_duration
 from pages._router import ensure_router
 from pages._sources import check_sources

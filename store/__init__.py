@@ -1,6 +1,6 @@
 """The DuckDB store: schema and migrations, the single writer (ingest), queries, exports.
 
-Workers never open the store; they write run folders (``jobs.rundir``), and ``ingest`` copies
+Workers never open the store; they write run folders (``ema_core.rundir``), and ``ingest`` copies
 them in.  Pages and the CLI read through ``queries`` and ``export``.
 
 Damage is said, never repaired:
@@ -12,7 +12,7 @@ Damage is said, never repaired:
   ``message`` starts with ``"damaged: "`` (``ingest.DAMAGED``) followed by the problem, until a
   readable result is back.
 """
-from jobs.rundir import StorageError
+from ema_core.rundir import StorageError
 
 from .db import (DamagedStoreError, ForeignStoreError, NotAStoreError, StoreBusy, StoreError, StoreVersionError,
                  check, migrate, migrate_store, open_store, store_path)

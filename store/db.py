@@ -31,7 +31,7 @@ from typing import Iterator
 import duckdb
 import filelock
 
-from jobs.rundir import STATES, StorageError, emalab_home, iter_run_dirs
+from ema_core.rundir import STATES, StorageError, emalab_home, iter_run_dirs
 
 from . import schema
 

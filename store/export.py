@@ -27,7 +27,7 @@ from typing import Callable, NamedTuple
 import pandas as pd
 
 from ema_core.tables import EMPTY, decimals_by, number_text, to_latex_booktabs, to_markdown
-from jobs.rundir import StorageError, atomic_write, emalab_home
+from ema_core.rundir import StorageError, atomic_write, emalab_home
 
 from . import queries
 from .queries import RunIds

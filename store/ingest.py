@@ -1,6 +1,6 @@
 """Ingest: the only code that writes the store.
 
-It reads run folders (``jobs.rundir``) and copies what is new into DuckDB: the run's row (status,
+It reads run folders (``ema_core.rundir``) and copies what is new into DuckDB: the run's row (status,
 times, summary), the events appended since the byte offset it stopped at last time, and the typed
 result tables once ``result.json`` appears.  Everything for one run goes in one transaction with
 the new offset, so a kill at any moment leaves the rows and the offset of the previous pass, and
@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import duckdb
 import pandas as pd
 
-from jobs.rundir import RunDir, canonical_json, emalab_home, iter_run_dirs
+from ema_core.rundir import RunDir, canonical_json, emalab_home, iter_run_dirs
 
 from . import schema
 from .db import _storage_problem, open_store

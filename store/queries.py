@@ -14,7 +14,7 @@ from typing import Any, Iterable, NamedTuple
 
 import pandas as pd
 
-from jobs.rundir import canonical_json
+from ema_core.rundir import canonical_json
 
 from .db import open_store
 

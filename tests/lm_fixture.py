@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for
 from store import ingest
 
 KIND = "lm"

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ema_core.grammar import EMBEDDED_STRUCTURES, N_STRUCTURES, ROLES, template
-from jobs.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for
 from store import ingest
 
 KIND = "structure"

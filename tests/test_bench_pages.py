@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from jobs.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for
 from store import db
 from store.db import open_store
 from store.ingest import ingest

@@ -320,7 +320,7 @@ def test_the_charts_export_as_svg_and_png(runs):
 
 
 def test_a_run_with_an_unexpected_config_does_not_break_the_page(tmp_path, monkeypatch):
-    from jobs.rundir import RunDir, run_id_for
+    from ema_core.rundir import RunDir, run_id_for
     from store import ingest
 
     home = tmp_path / "home"

@@ -36,7 +36,7 @@ from ema_core.figures import (
     text_width,
 )
 from ema_core.tables import EMPTY, latex_escape, to_latex_booktabs, to_markdown
-from jobs.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for
 from lm_fixture import make_lm_runs
 from store import dilution_accuracy, ingest, lm_curves, lm_final_stats, probe_accuracy_stats, probe_control
 from structure_fixture import make_structure_runs

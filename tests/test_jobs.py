@@ -9,7 +9,7 @@ import pytest
 from ema_core.experiments import REGISTRY, NullReporter, build_config
 from jobs.registry import REGISTRY as JOBS_REGISTRY
 from jobs.runner import LocalRunner
-from jobs.rundir import RunDir, pid_alive, wait_for
+from ema_core.rundir import RunDir, pid_alive, wait_for
 
 # Two rates + all = three decoders of 1000 steps (~0.3 s each on one core): long enough to stop mid-run.
 LONG = dict(alphas="0.5,0.1", vocab=16, dim=16, max_lag=4, n_train=512, n_test=256, steps=1000, batch=32,
@@ -231,7 +231,7 @@ def test_a_worker_on_its_way_is_not_started_twice_by_another_runner(home, runner
     import subprocess
     import sys
 
-    from jobs.rundir import atomic_write, now_iso
+    from ema_core.rundir import atomic_write, now_iso
     from jobs.runner import HOST
 
     runner = runners(home, slots=2)

@@ -19,7 +19,7 @@ except ImportError:
 
 from ema_core.experiments import REGISTRY, NullReporter, build_config
 from jobs.ray_backend import RayRunner
-from jobs.rundir import RunDir, wait_for
+from ema_core.rundir import RunDir, wait_for
 
 SHORT = dict(alphas="0.5,0.1", vocab=16, dim=16, max_lag=4, n_train=512, n_test=256, steps=40, batch=32,
              checkpoint_every=20, log_every=10)

@@ -372,7 +372,7 @@ def test_bits_per_byte_known_case():
 
 
 def test_default_cache_dir_follows_emalab_home(tmp_path, monkeypatch):
-    from jobs.rundir import emalab_home as jobs_home
+    from ema_core.rundir import emalab_home as jobs_home
 
     from ema_core.paths import emalab_home
 

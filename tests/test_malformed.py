@@ -501,7 +501,7 @@ def test_a_damaged_result_is_said_and_keeps_the_stored_summary(world, copy_home,
 
 def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch):
     # Two rates and "all" are three decoders: checkpoints at steps 20, 40, ..., the newest two kept.
-    from jobs.rundir import RunDir
+    from ema_core.rundir import RunDir
     from jobs.runner import LocalRunner
 
     home = tmp_path / "home"

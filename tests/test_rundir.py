@@ -5,7 +5,7 @@ import os
 import pytest
 
 from jobs import cli
-from jobs.rundir import RunDir, StorageError, atomic_write, run_id_for
+from ema_core.rundir import RunDir, StorageError, atomic_write, run_id_for
 from jobs.runner import LocalRunner
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for
 from store.db import check, open_store
 from store.ingest import ingest
 

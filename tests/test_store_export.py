@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from jobs import cli
-from jobs.rundir import RunDir, StorageError, run_id_for
+from ema_core.rundir import RunDir, StorageError, run_id_for
 from lm_fixture import make_lm_runs
 from store import export
 from store.export import EMPTY, EXPORT_TABLES, export_table, exports_dir, mean_std, render_table

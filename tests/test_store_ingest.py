@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.rundir import RunDir, StorageError, run_id_for
+from ema_core.rundir import RunDir, StorageError, run_id_for
 from store import db
 from store.db import open_store
 from store.ingest import ingest, record_bench

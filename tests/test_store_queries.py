@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from jobs.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for
 from store import queries
 from store.ingest import ingest, record_bench
 
@@ -206,7 +206,7 @@ def test_grouped_rejects_unknown_tables(runs):
 
 def test_metric_series_keeps_the_newest_logging_of_a_repeated_step(tmp_path, monkeypatch):
     # a resumed run logs the steps after its last checkpoint again, with new seq numbers
-    from jobs.rundir import RunDir
+    from ema_core.rundir import RunDir
     from store import ingest, metric_series
 
     monkeypatch.setenv("EMALAB_HOME", str(tmp_path))

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from jobs.rundir import RunDir
+from ema_core.rundir import RunDir
 from store import db, schema
 from store.db import (ForeignStoreError, NotAStoreError, StoreBusy, StoreVersionError, check, migrate,
                       migrate_store, open_store, store_path)

@@ -2,6 +2,9 @@
 
 Workers never open the DuckDB store (one process may hold it read-write, and then nobody else may
 open it at all).  They write their run folder; ``store.ingest`` is the only writer of the store.
+This format is the contract between the two: it lives here, beside the science and below both,
+so that the job runner and the store each import it and neither imports the other.  It imports
+only the standard library and ``ema_core.paths``.
 
 Layout of ``$EMALAB_HOME/runs/<run_id>/``::
 
