@@ -20,6 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+from streamlit.logger import set_log_level
+from streamlit.testing.v1 import AppTest
+
+from ema_core.config import PAPER_ALPHAS, DilutionConfig
+from ema_core.dilution import analytic_frame, effective_window, half_life, interference_energy, measure_identity
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_MS = 150.0
 COMPUTE_REPEATS = 15
@@ -36,9 +42,6 @@ def _fast_rates(n: int, start: float = 0.5) -> list[float]:
 
 
 def bench_compute(repeats: int = COMPUTE_REPEATS) -> list[float]:
-    from ema_core.config import PAPER_ALPHAS, DilutionConfig
-    from ema_core.dilution import analytic_frame, effective_window, half_life, interference_energy, measure_identity
-
     cfg = DilutionConfig()
 
     def move(alpha_fast: float) -> None:
@@ -57,9 +60,6 @@ def bench_compute(repeats: int = COMPUTE_REPEATS) -> list[float]:
 
 
 def bench_apptest_rerun(repeats: int = RERUN_REPEATS) -> list[float]:
-    from streamlit.logger import set_log_level
-    from streamlit.testing.v1 import AppTest
-
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the page imports its helpers as pages._ui
     set_log_level("error")  # AppTest warns about bare mode on every run

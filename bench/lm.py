@@ -42,7 +42,12 @@ import subprocess
 import sys
 import time
 
+import torch
+import torch.nn.functional as F
+
 from bench.machine import machine_info as _machine_info
+from ema_core.lm.presets import build_model, get_preset
+from ema_core.lm.train import TrainConfig, autocast, batch_at, build_optimizer
 
 TARGET_T1024 = 1.3  # SPEN ÷ GPT tokens/s at T = 1024
 PARAM_TOL = 0.05  # the GPT's parameter count within ±5 % of the SPEN's
@@ -72,11 +77,6 @@ class Runner:
 
     def __init__(self, model: str, preset: str, T: int, B: int, device: str, seed: int = 0,
                  gpt_seq_len: int | None = None):
-        import torch
-
-        from ema_core.lm.presets import _preset, build_model
-        from ema_core.lm.train import TrainConfig, _optimizer
-
         self.name, self.T, self.B = model, T, B
         self.device = torch.device(device)
         self.cfg = TrainConfig(batch=B, seq_len=T, warmup=0)
@@ -85,22 +85,17 @@ class Runner:
         self.model.train()
         self.params = sum(p.numel() for p in self.model.parameters())
         self.d_ff = self.model.cfg.d_ff
-        self.opt = _optimizer(self.model, self.cfg)
-        vocab = _preset(preset).vocab_size
+        self.opt = build_optimizer(self.model, self.cfg)
+        vocab = get_preset(preset).vocab_size
         g = torch.Generator().manual_seed(seed)
         # Uniform random tokens: the cost of a step does not depend on what the tokens say.
         self.train = torch.randint(0, vocab, (max(1 << 16, 4 * B * (T + 1)),), generator=g)
         self.seed, self.i = seed, 0
 
     def step(self) -> None:
-        import torch
-        import torch.nn.functional as F
-
-        from ema_core.lm.train import _autocast, batch_at
-
         x, y = batch_at(self.train, self.i, self.cfg, self.seed)
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        with _autocast(self.device):
+        with autocast(self.device):
             logits = self.model(x)  # (B, T, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         self.opt.zero_grad(set_to_none=True)
@@ -183,8 +178,6 @@ def _status_kib(field: str) -> int:
 
 def memory_child(spec: str) -> None:
     """In a fresh process: the peak RSS of training steps above weights + optimiser state (one JSON line)."""
-    import torch
-
     model, preset, T, B, threads, steps, *gpt_seq_len = spec.split(":")
     torch.set_num_threads(int(threads))
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -218,8 +211,6 @@ def cpu_step_memory(model: str, preset: str, T: int, B: int, threads: int, steps
 
 
 def cuda_step_memory(r: Runner) -> dict:
-    import torch
-
     r.opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -281,8 +272,6 @@ def bench_section(preset: str, ts: list[int], tokens: int, device: str, threads:
 
 def run(preset: str, ts: list[int], tokens: int, threads: int | None, quick: bool,
         gpu_tokens: int | None, gpt_match: str = "per-t") -> dict:
-    import torch
-
     t_start = time.perf_counter()
     machine = machine_info()
     if threads:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import os
 import platform
 
+import numpy as np
+import torch
+
 
 def machine_info(**extra) -> dict:
     """CPU, cores, memory, Python, torch and its threads, the GPU if any, the load before the run; plus ``extra``."""
-    import numpy as np
-    import torch
-
     try:
         cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                    platform.processor())

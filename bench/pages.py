@@ -30,10 +30,19 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
+import streamlit as st
+from streamlit.logger import set_log_level
+from streamlit.testing.v1 import AppTest
 
 from bench.machine import machine_info as _machine_info
+from ema_core.rundir import run_id_for
+from jobs.runner import LocalRunner
+from store import grouped, ingest, list_runs, open_store, store_summary
+from store.dilution import dilution_accuracy
+from store.ingest import forget_seen, run_row
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
@@ -91,10 +100,6 @@ def _metric_layout(rows_per_run: int) -> tuple[np.ndarray, np.ndarray, list[str]
 
 def fill(home: Path, n_runs: int, metric_rows: int) -> dict:
     """Write ``n_runs`` run folders and the store that ingesting them would give; returns counts."""
-    from ema_core.rundir import run_id_for
-    from store.db import open_store
-    from store.ingest import _RUN_COLUMNS, _run_row
-
     rng = np.random.default_rng(20260105)
     # The runs end before now, the newest a day ago, so their files are as old as a used store's.
     now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
@@ -192,10 +197,10 @@ def fill(home: Path, n_runs: int, metric_rows: int) -> dict:
             for f in rd.iterdir():
                 os.utime(f, (stamp, stamp))
         # The run's row exactly as ingest computes it from these files.
-        run_rows.append((run_id, *_run_row(record, status, result)))
+        run_rows.append({"run_id": run_id, **run_row(record, status, result)})
         state_rows.append((run_id, len(data), result is not None, 0))
 
-    runs = pd.DataFrame(run_rows, columns=["run_id", *_RUN_COLUMNS], dtype=object)
+    runs = pd.DataFrame(run_rows, dtype=object)
     states = pd.DataFrame(state_rows, columns=["run_id", "events_offset", "result_ingested", "bad_lines"])
     metrics = pd.concat(metric_frames, ignore_index=True)[["run_id", "seq", "step", "key", "value"]]
     results = (pd.concat(result_frames, ignore_index=True)[["run_id", "feature", "lag", "accuracy", "chance"]]
@@ -237,20 +242,11 @@ PAGES: dict[str, tuple[str | None, dict]] = {
 
 
 def _clear_caches() -> None:
-    import streamlit as st
-    from streamlit.logger import set_log_level
-
     # Outside a script run Streamlit warns that there is no runtime; AppTest resets the level on
     # every run, so it is set again here.
     set_log_level("error")
     st.cache_data.clear()
     st.cache_resource.clear()
-
-
-def _forget_ingested() -> None:
-    import importlib
-
-    importlib.import_module("store.ingest")._SEEN.clear()
 
 
 def _check(at, name: str) -> None:
@@ -260,12 +256,10 @@ def _check(at, name: str) -> None:
 
 def load_once(name: str) -> tuple[float, float]:
     """(cold, warm) seconds for one load of the page ``name`` in a new AppTest session."""
-    from streamlit.testing.v1 import AppTest
-
     path, state = PAGES[name]
     _clear_caches()
     if name == "overview_after_restart":
-        _forget_ingested()
+        forget_seen()
     at = AppTest.from_file(str(APP), default_timeout=300)
     if path is not None:
         at.run()  # the default page opens first, as in a browser; then the caches are emptied again
@@ -306,13 +300,10 @@ def measure(repeats: int, pages: list[str]) -> dict:
 
 def diagnostics(home: Path) -> dict:
     """What the pages spend their time on, call by call, on the filled store (best of 3)."""
-    from jobs.runner import LocalRunner
-    from store import dilution_accuracy, grouped, ingest, list_runs, store_summary
-
     runner = LocalRunner(home=home)
 
     def ingest_unremembered():
-        _forget_ingested()
+        forget_seen()
         ingest(home)
 
     calls = {
@@ -336,10 +327,7 @@ def diagnostics(home: Path) -> dict:
 
 
 def machine_info() -> dict:
-    import duckdb
-    import streamlit
-
-    return _machine_info(streamlit=streamlit.__version__, duckdb=duckdb.__version__, pandas=pd.__version__)
+    return _machine_info(streamlit=st.__version__, duckdb=duckdb.__version__, pandas=pd.__version__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,8 +360,6 @@ def main(argv: list[str] | None = None) -> int:
         counts = fill(home, args.runs, args.metric_rows)
         fill_s = time.perf_counter() - t0
         log(f"  filled in {fill_s:.1f} s")
-
-        from store import ingest
 
         first = ingest(home)  # must find nothing new: the store already holds the run folders
         consistent = first["runs_updated"] == 0 and not first["errors"]

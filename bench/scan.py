@@ -18,9 +18,17 @@ import os
 import sys
 import time
 
+import numba
 import numpy as np
+import pandas as pd
+import scipy
+import torch
+from scipy import signal
 
 from bench.machine import machine_info as _machine_info
+from ema_core.jit import njit, prange
+from ema_core.scan.numba_cpu import ema_scan_numba
+from ema_core.scan.torch_scan import ema_scan_torch
 
 ALPHAS = (0.5, 0.1, 0.02)
 K = len(ALPHAS)
@@ -56,8 +64,6 @@ def best_of(fn, repeats: int, warmup: int = 1, min_time: float = 1.0, cap: int =
 
 
 def _par_copy_kernel():
-    from numba import njit, prange
-
     @njit(parallel=True, nogil=True)
     def par_copy(src, dst):
         for i in prange(src.size):
@@ -67,18 +73,12 @@ def _par_copy_kernel():
 
 
 def machine_info() -> dict:
-    import numba
-    import pandas
-    import scipy
-
-    return _machine_info(numba=numba.__version__, scipy=scipy.__version__, pandas=pandas.__version__,
+    return _machine_info(numba=numba.__version__, scipy=scipy.__version__, pandas=pd.__version__,
                          numba_threads=numba.get_num_threads())
 
 
 def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
     """Roofline, numba (reused and fresh output), lfilter and pandas on one (1, T, D) input."""
-    from ema_core.scan.numba_cpu import ema_scan_numba
-
     alphas = np.asarray(ALPHAS, np.float64)
     x = np.random.default_rng(0).standard_normal((1, T, D), dtype=np.float32)
     n_out = T * K * D
@@ -111,14 +111,10 @@ def bench_cpu_scan(T: int, D: int, fast: int, slow: int) -> dict:
     gc.collect()
 
     # Per-rate baselines: one pass per rate over the (T, D) input, time axis first.
-    from scipy import signal
-
     x2 = x[0]
     log("  scipy.signal.lfilter x3 rates")
     ns["lfilter_3_rates"] = best_of(lambda: [signal.lfilter([a], [1.0, a - 1.0], x2, axis=0) for a in ALPHAS], slow) / n_out * 1e9
     gc.collect()
-    import pandas as pd
-
     df = pd.DataFrame(x2)
     log("  pandas ewm x3 rates")
     ns["pandas_ewm_3_rates"] = best_of(lambda: [df.ewm(alpha=a, adjust=False).mean() for a in ALPHAS], slow) / n_out * 1e9
@@ -133,10 +129,6 @@ def _loss(y, h):
 
 def _torch_steps(x):
     """(forward, forward + backward) closures of the torch scan on x, for timing."""
-    import torch
-
-    from ema_core.scan.torch_scan import ema_scan_torch
-
     xg = x.clone().requires_grad_(True)
 
     def fwd():
@@ -152,8 +144,6 @@ def _torch_steps(x):
 
 
 def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
-    import torch
-
     torch.manual_seed(0)
     x = torch.randn(B, T, D)
     n_out = B * T * K * D
@@ -197,8 +187,6 @@ def _peak_gbps(props) -> tuple[float | None, str]:
 
 def bench_gpu(fast: int) -> dict:
     """The torch path on CUDA: achieved bandwidth of the forward against the device's peak."""
-    import torch
-
     B, T, D = 16, 8192, 1024
     props = torch.cuda.get_device_properties(0)
     peak, source = _peak_gbps(props)
@@ -259,8 +247,6 @@ def run(quick: bool, T_override: int | None) -> dict:
     report["lfilter_over_numba_fresh"] = ns["lfilter_3_rates"] / fresh
     report["pandas_over_numba_fresh"] = ns["pandas_ewm_3_rates"] / fresh
     report["naive_over_torch"] = ns["naive_loop_fwd_bwd"] / ns["torch_fwd_bwd"]
-    import torch
-
     report["gpu"] = None
     if torch.cuda.is_available():
         log("torch CUDA, (16, 8192, 1024) x 3 rates")

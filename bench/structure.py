@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from ema_core.experiments import REGISTRY, NullReporter, build_config
+
 # (label, path into the summary): the rows of the printed table, the paper's comparisons first.
 FIGURES = (
     ("within: instantaneous", ("within", "instantaneous")),
@@ -60,8 +62,6 @@ def _get(summary: dict, path: tuple[str, ...]):
 
 
 def main(argv=None) -> int:
-    from ema_core.experiments import REGISTRY, NullReporter, build_config
-
     ap = argparse.ArgumentParser(prog="python -m bench.structure", description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="paper")
     ap.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,7")

@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ema_core.grammar import N_ROLES, N_WORDS, Sentence
+from ema_core.protocol import Cancelled
 
 UNK = N_WORDS  # the one row every unseen word id maps to
 PAD = N_WORDS + 1  # fills positions past a sentence's end; packing keeps them out of the GRU
@@ -238,10 +239,6 @@ def train_bigru(
     ``epochs`` (run), ``best_epoch``, ``best_dev_acc``, ``best_dev_loss``, ``seconds`` (wall
     time, the one entry outside the determinism) and ``params``.
     """
-    # Imported here, not at the top: the experiments package imports this module (its structure
-    # experiment trains the BiGRU), and a top-level import back into it would be circular.
-    from ema_core.experiments.protocol import Cancelled
-
     t0 = time.perf_counter()
     init_gen, data_gen = _generator(seed, 0), _generator(seed, 1)
     model = BiGRUTagger(cfg, generator=init_gen)

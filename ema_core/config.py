@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 PAPER_ALPHAS = (0.5, 0.1, 0.02)  # fast, medium, slow: the paper's three rates (Figure 1)
 
@@ -55,3 +55,21 @@ def field_like(model: type[BaseModel], name: str, default=None, description: str
     if description is not None:
         info.description = description
     return info
+
+
+def config_error(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``field: what is wrong (got value)``, problems joined by '; '.
+
+    Here, beside the configs rather than with the experiments, so that the worker can word a stored
+    config the current code refuses without importing an experiment.
+    """
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        shown = repr(got)
+        if err["type"] != "extra_forbidden" and not isinstance(got, dict) and len(shown) <= 60:
+            msg += f" (got {shown})"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)

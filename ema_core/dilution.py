@@ -123,11 +123,12 @@ def random_stream(cfg, backend: str = "numba") -> tuple[np.ndarray, np.ndarray, 
     return tokens, (traces.numpy() if hasattr(traces, "numpy") else traces), first
 
 
-def _features(traces: np.ndarray, starts: np.ndarray, window: int, K: int, D: int) -> np.ndarray:
+def window_features(traces: np.ndarray, starts: np.ndarray, window: int, K: int, D: int) -> np.ndarray:
     """Rows t of the decoder's input: the trace states at t, t−1, …, t−window+1: (n, window·K·D).
 
     Columns are ordered (window step, rate, channel), so a single rate's columns are a regular
-    slice pattern (see ``_rate_columns``).
+    slice pattern (see :func:`feature_sets`).  Shared with the dilution sweep
+    (:mod:`ema_core.experiments.dilution_sweep`), whose decoder reads the very same features.
     """
     idx = starts[:, None] - np.arange(window)[None, :]  # (n, window)
     return traces[idx].reshape(len(starts), window * K * D)
@@ -135,6 +136,17 @@ def _features(traces: np.ndarray, starts: np.ndarray, window: int, K: int, D: in
 
 def _rate_columns(k: int, window: int, K: int, D: int) -> np.ndarray:
     return (np.arange(window)[:, None] * K * D + k * D + np.arange(D)[None, :]).ravel()
+
+
+def feature_sets(alphas, window: int, D: int, include_all: bool = True) -> list[tuple[str, np.ndarray]]:
+    """(label, columns of :func:`window_features`) of each rate alone, then of all rates together
+    (when there are several and ``include_all``).  Shared with the dilution sweep, which decodes the
+    same sets."""
+    K = len(alphas)
+    sets = [(rate_label(alpha), _rate_columns(k, window, K, D)) for k, alpha in enumerate(alphas)]
+    if include_all and K > 1:
+        sets.append((ALL_RATES, np.arange(window * K * D)))
+    return sets
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -183,8 +195,8 @@ def _measure(cfg: DilutionConfig) -> pd.DataFrame:
 
     steps = np.arange(first, T)
     train, test = steps[: cfg.n_train], steps[cfg.n_train :]
-    F = _features(traces, train, Wn, K, D)  # (n, p) raw trace states
-    Ft = _features(traces, test, Wn, K, D)  # (m, p)
+    F = window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
+    Ft = window_features(traces, test, Wn, K, D)  # (m, p)
     n, m, p, q = len(train), len(test), F.shape[1], V * (L + 1)
 
     # Targets: one-hot of the token at every lag side by side, column lag·V + token, so one
@@ -204,11 +216,8 @@ def _measure(cfg: DilutionConfig) -> pd.DataFrame:
     Ft1[:, :p], Ft1[:, p] = Ft, 1.0
     truth = tokens[test[:, None] - np.arange(L + 1)[None, :]]  # (m, L + 1)
 
-    feature_sets = [(rate_label(alpha), _rate_columns(k, Wn, K, D)) for k, alpha in enumerate(a)]
-    if K > 1:
-        feature_sets.append((ALL_RATES, np.arange(p)))
     rows = []
-    for name, c in feature_sets:
+    for name, c in feature_sets(a, Wn, D):
         A = gram[np.ix_(c, c)].astype(np.float32)
         A[np.diag_indices_from(A)] += cfg.ridge * n  # the ridge keeps A well conditioned for float32
         Wsol = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), FtY[:, c].T.astype(np.float32), check_finite=False)

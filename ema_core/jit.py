@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import numba
 import numpy as np
 
 
@@ -34,8 +35,6 @@ def numba_cache_dir() -> str | None:
     folder among $NUMBA_CACHE_DIR, $EMALAB_HOME/cache/numba, ~/.cache/emalab/numba
     and the system temp folder.  Returns the folder chosen, or None for in-tree.
     """
-    import numba
-
     if os.environ.get("NUMBA_CACHE_DIR"):
         return os.environ["NUMBA_CACHE_DIR"]
     package = Path(__file__).resolve().parent

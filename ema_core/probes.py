@@ -56,6 +56,8 @@ def fit_probe(X: np.ndarray, y: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray
     so it stays 0 rather than dividing by zero).  The chosen probe is the one fitted on the training
     rows: the dev rows choose C and are never trained on.
     """
+    # scikit-learn takes 1.1 s to import, and the registry (so every CLI command and every worker)
+    # imports this module through the structure experiment: only a fit pays for it.
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression, RidgeClassifier
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -38,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -137,8 +139,6 @@ def code_version() -> str:
             sha = ref
         return sha[:12]
     except OSError:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             return version("emalab")
         except PackageNotFoundError:
@@ -146,22 +146,29 @@ def code_version() -> str:
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``path`` so that readers see the old file or the new one, never a torn one."""
-    mode = "wb" if isinstance(data, bytes) else "w"
+    """Write ``path`` so that readers see the old file or the new one, never a torn one.
+
+    Text is written as UTF-8.  The one such writer for everything under the data folder: run
+    files, exports and the language-model caches (:mod:`ema_core.lm.data`).  A file system that
+    refuses raises :class:`StorageError`; an interrupted write leaves no temporary file behind.
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, mode) as fh:
-            fh.write(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
-        if tmp is not None:
+        raise StorageError(_explain(exc, path)) from exc
+    finally:
+        if tmp is not None:  # not renamed into place: failed, or interrupted (Ctrl-C) on the way
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise StorageError(_explain(exc, path)) from exc
 
 
 def _explain(exc: OSError, path: Path) -> str:
@@ -328,9 +335,7 @@ class RunDir:
 
     def save_checkpoint(self, step: int, state: dict) -> Path:
         """torch.save to a temporary file, then rename: a crash never leaves a torn checkpoint."""
-        import io
-
-        import torch
+        import torch  # 1.2 s: the worker imports this module before it holds the run's lock (see jobs.worker)
 
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -352,7 +357,7 @@ class RunDir:
 
     def load_checkpoint(self, path: Path) -> dict:
         """Load with ``weights_only=True``: a checkpoint is data, never code to run."""
-        import torch
+        import torch  # 1.2 s: as in save_checkpoint
 
         try:
             return torch.load(path, map_location="cpu", weights_only=True)

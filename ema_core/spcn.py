@@ -32,9 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ema_core.config import PAPER_ALPHAS, check_rates
+from ema_core.scan import ema_scan
 
 FEATURE_SETS = ("instantaneous", "traces", "both")
 
@@ -75,8 +77,6 @@ class SPCNState:
     updates: int = 0
 
     def as_checkpoint(self) -> dict:
-        import torch
-
         return {"W": torch.from_numpy(self.W.copy()), "err_var": torch.from_numpy(self.err_var.copy()),
                 "updates": self.updates}
 
@@ -117,8 +117,6 @@ class SPCN:
 
     def traces(self, x: np.ndarray, sentence_start: np.ndarray) -> np.ndarray:
         """(T, K·N) EMA traces of x (T, N) at every rate, rate-major, via the scan kernel."""
-        from ema_core.scan import ema_scan
-
         T, N = x.shape
         reset = sentence_start if self.cfg.reset_at_sentence else np.zeros(T, dtype=bool)
         # The torch path: on one thread its arithmetic order is fixed, so a resumed run sees the very

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -26,6 +27,18 @@ import os
 import sys
 import time
 from typing import Any, NoReturn, Sequence
+
+from tqdm import tqdm
+
+from ema_core.experiments.units import units_for, with_unit
+from ema_core.messages import one_line
+from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError
+from jobs.registry import REGISTRY, build_config
+from jobs.runner import LocalRunner, existing_run, format_duration, next_free_seed
+
+# The store (pandas and DuckDB, 0.5 s to import) is imported by the commands that open it, not here:
+# `jobs` never does, and `run --background` only queues.  Everything above comes with the registry
+# anyway (torch, 1.2 s), which every command needs to know the kinds.
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -46,21 +59,15 @@ class _Parser(argparse.ArgumentParser):
 # --- output ---------------------------------------------------------------------------------------
 
 
-def _one_line(text: Any) -> str:
-    # An argument may hold a newline (or another line break Python splits on); shown escaped, the
-    # message stays the one line a script can read.
-    s = str(text)
-    return "".join(c if len(f"a{c}a".splitlines()) == 1 else c.encode("unicode_escape").decode("ascii") for c in s)
-
-
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` as strict JSON values; shared with ``jobs.ddp``, which prints the same records."""
     # Strict JSON: NaN and infinities (a diverged loss) become null rather than invalid tokens.
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if obj is None or isinstance(obj, (str, int, bool)):
         return obj
     return str(obj)
@@ -68,19 +75,22 @@ def _jsonable(obj: Any) -> Any:
 
 def _emit(obj: Any, as_json: bool, text: str | None = None) -> None:
     if as_json:
-        print(json.dumps(_jsonable(obj), sort_keys=True, allow_nan=False))
+        print(json.dumps(jsonable(obj), sort_keys=True, allow_nan=False))
     elif text is not None:
         print(text)
 
 
+# Messages are escaped rather than joined: an argument may hold a line break, and the line must say
+# exactly what was typed, on the one line a script reads.
 def _warn(message: str) -> None:
-    print(f"emalab: warning: {_one_line(message)}", file=sys.stderr)
+    print(f"emalab: warning: {one_line(message, 'escape')}", file=sys.stderr)
 
 
 # --- run ------------------------------------------------------------------------------------------
 
 
-def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+def parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` arguments as overrides; shared with ``jobs.ddp``, which takes the same."""
     out: dict[str, str] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
@@ -91,14 +101,9 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from ema_core.experiments.units import with_unit
-    from jobs.registry import build_config
-    from ema_core.rundir import RESUMABLE_STATES, StorageError
-    from jobs.runner import LocalRunner, existing_run, next_free_seed
-
     # Validated here, before the runner creates the run folder: a bad value writes nothing.
     try:
-        config = build_config(args.kind, preset=args.preset, overrides=_parse_sets(args.set), seed=args.seed)
+        config = build_config(args.kind, preset=args.preset, overrides=parse_sets(args.set), seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     runner = LocalRunner(slots=args.slots)
@@ -121,7 +126,7 @@ def cmd_run(args) -> int:
         return EXIT_OK
     if not reused:
         _follow(runner, run_id, quiet=args.json)
-    from store import StoreError, ingest  # pandas and DuckDB: only once there is something to ingest
+    from store import StoreError, ingest  # pandas and DuckDB (0.5 s): only once there is something to ingest
 
     ingest_error = None
     try:
@@ -149,9 +154,6 @@ def _run_record(runner, run_id: str, preset: str | None, background: bool, reuse
     ``reused``: the run had already finished and nothing ran now; ``next_seed``: the first seed of
     these settings that has no run yet; ``units``: the unit of each summary value that has one.
     """
-    from ema_core.experiments.units import units_for
-    from ema_core.rundir import RunDir
-
     rd = RunDir.for_id(run_id, runner.home)
     st = runner.status(run_id)
     config = rd.read_config()
@@ -168,10 +170,6 @@ def _run_record(runner, run_id: str, preset: str | None, background: bool, reuse
 
 def _follow(runner, run_id: str, quiet: bool) -> str:
     """Wait for the job with a progress bar on stderr; Ctrl-C cancels it (it checkpoints first)."""
-    from tqdm import tqdm
-
-    from jobs.runner import format_duration
-
     # The time left is the worker's ETA (measured after its warm-up, shown once stable), not tqdm's
     # own guess, which counts the queue and the imports as progress made slowly.
     bar = tqdm(total=1000, desc=run_id, unit="‰", disable=quiet, file=sys.stderr, leave=False,
@@ -200,9 +198,6 @@ def _follow(runner, run_id: str, quiet: bool) -> str:
 
 
 def cmd_jobs(args) -> int:
-    from ema_core.experiments.units import units_for
-    from jobs.runner import LocalRunner
-
     if args.tail < 0:
         raise UsageError(f"--tail must be 0 (everything) or a positive number of lines, got {args.tail}")
     if args.action == "list":
@@ -229,7 +224,7 @@ def cmd_jobs(args) -> int:
         brief = {k: info[k] for k in ("run_id", "kind", "label", "preset", "seed", "state", "progress", "eta_s",
                                       "step", "message", "started", "ended", "attempts", "checkpoints", "config",
                                       "summary", "units", "path")}
-        _emit(info, args.json, json.dumps(_jsonable(brief), indent=2, ensure_ascii=False))
+        _emit(info, args.json, json.dumps(jsonable(brief), indent=2, ensure_ascii=False))
     elif args.action == "cancel":
         state = runner.cancel(run_id)
         _emit({"run_id": run_id, "action": "cancel", "state": state}, args.json, f"{run_id}: {state}")
@@ -257,8 +252,6 @@ def _job_table(rows: list[dict]) -> str:
     SETTINGS are those that differ from the preset (the runner's label); NOTE is the job's message
     where it says more than its state.
     """
-    from jobs.runner import format_duration
-
     def cells(r: dict) -> list[str]:
         progress = r.get("progress")
         note = r.get("message")
@@ -267,7 +260,7 @@ def _job_table(rows: list[dict]) -> str:
                 "-" if r.get("seed") is None else str(r["seed"]), str(r.get("state") or "?"),
                 f"{100 * float(progress):.1f}%" if isinstance(progress, (int, float)) else "-",
                 format_duration(r.get("age_s")) or "-", r.get("settings") or "-",
-                _one_line(note) if note and note not in (r.get("state"), "done") else ""]
+                one_line(note, "escape") if note and note not in (r.get("state"), "done") else ""]
 
     table = [list(JOB_COLUMNS)] + [cells(r) for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(JOB_COLUMNS))]
@@ -278,8 +271,6 @@ def _job_table(rows: list[dict]) -> str:
 
 
 def _known(run_id: str) -> None:
-    from ema_core.rundir import RunDir
-
     try:
         ok = RunDir.for_id(run_id).exists()
     except ValueError as exc:
@@ -294,8 +285,7 @@ def _known(run_id: str) -> None:
 
 
 def cmd_export(args) -> int:
-    from store import export as ex
-    from store.queries import GROUPABLE
+    from store import GROUPABLE, export as ex, ingest  # pandas and DuckDB (0.5 s): commands that open the store
 
     # Everything is checked before the store is brought up to date: a bad argument leaves no store
     # file, no export folder and no export behind.
@@ -315,8 +305,6 @@ def cmd_export(args) -> int:
         raise UsageError(f"--out: {exc}") from exc
     except OSError as exc:
         raise UsageError(f"--out: {args.out!r} is not a usable file name: {exc.strerror or exc}") from exc
-
-    from store import ingest
 
     report = ingest()
     for err in report.get("errors") or ():
@@ -340,7 +328,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_store(args) -> int:
-    from store import check, migrate_store
+    from store import check, migrate_store  # pandas and DuckDB (0.5 s): commands that open the store
 
     if args.action == "migrate":
         report = migrate_store()
@@ -352,7 +340,7 @@ def cmd_store(args) -> int:
     report = check()
     if report.get("error") and not args.json:
         # Not a report on a store but a store that cannot be used: one line, as every command says it.
-        print(f"emalab: {_one_line(report['error'])}", file=sys.stderr)
+        print(f"emalab: {one_line(report['error'], 'escape')}", file=sys.stderr)
         return EXIT_FAILED
     if not report["exists"]:
         text = f"{report['path']}: no store yet (it is created by the first ingest, or by: emalab store migrate)"
@@ -375,8 +363,6 @@ _NOT_FIGURES = {"machine", "shapes", "targets", "quick", "seconds", "cpus", "loa
 
 
 def cmd_bench(args) -> int:
-    import importlib
-
     if args.quick and args.name != "scan":
         raise UsageError(f"--quick applies to bench scan only; {args.name} has a single size")
     if args.T is not None and args.name != "scan":
@@ -388,8 +374,9 @@ def cmd_bench(args) -> int:
     # The benchmark prints its JSON on stdout; caught here so that stdout carries exactly one
     # object (the report and what was recorded), and any stray output goes to stderr.
     buf = io.StringIO()
+    module = importlib.import_module(module_name)  # only the benchmark asked for: each imports its own tools
     with contextlib.redirect_stdout(buf):
-        rc = importlib.import_module(module_name).main(argv) or 0
+        rc = module.main(argv) or 0
     report, stray = _last_json_object(buf.getvalue())
     if stray.strip():
         sys.stderr.write(stray if stray.endswith("\n") else stray + "\n")
@@ -401,9 +388,7 @@ def cmd_bench(args) -> int:
     if args.json:
         _emit(report, True)
     elif args.name == "scan":
-        from bench.scan import print_table
-
-        print_table(report)
+        module.print_table(report)
     else:
         print("\n".join(f"{k}: {v}" for k, v in report.items() if k not in ("bench", "recorded_figures")))
     return EXIT_OK
@@ -439,7 +424,7 @@ def _figures(obj: Any, prefix: str = "") -> dict[str, float]:
 def _record(bench: str, report: dict, args) -> int:
     # The store's bench_figures table (and its export) shows the newest figure of every key with
     # the machine and the command: a benchmark run from here is recorded there.
-    from store import record_bench
+    from store import StoreError, record_bench  # pandas and DuckDB (0.5 s): commands that open the store
 
     machine = report.get("machine") if isinstance(report.get("machine"), dict) else {}
     for key in ("cpus", "load_average_1m"):
@@ -447,9 +432,6 @@ def _record(bench: str, report: dict, args) -> int:
             machine = {**machine, key: report[key]}
     command = " ".join(["emalab", "bench", args.name] + (["--quick"] if args.quick else [])
                        + (["--T", str(args.T)] if args.T else []))
-    from ema_core.rundir import StorageError
-    from store import StoreError
-
     try:
         return record_bench(bench, _figures(report), machine=machine or None, command=command)
     except (StoreError, StorageError) as exc:  # the figures are still printed
@@ -461,8 +443,6 @@ def _record(bench: str, report: dict, args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs.registry import REGISTRY
-
     p = _Parser(prog="emalab", description="EMA Lab: experiments, jobs, exports, the store and benchmarks.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
@@ -511,15 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ema_core.rundir import DamagedRunError, StorageError
-
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "slots", 1) < 1:
             raise UsageError(f"--slots must be at least 1, got {args.slots}")
         return args.fn(args)
     except UsageError as exc:
-        print(f"emalab: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"emalab: error: {one_line(exc, 'escape')}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         # The reader went away (`emalab jobs list | head`): stop quietly, and keep Python's exit-time
@@ -535,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = (StorageError, DamagedRunError) + ((store_db.StoreError,) if store_db is not None else ())
         if not isinstance(exc, known):
             raise
-        print(f"emalab: {_one_line(exc)}", file=sys.stderr)
+        print(f"emalab: {one_line(exc, 'escape')}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("emalab: interrupted", file=sys.stderr)

@@ -17,14 +17,18 @@ import argparse
 import json
 import sys
 
+import torch.distributed as dist
+
+from ema_core.lm.train import init_distributed
+from ema_core.protocol import NullReporter
+from ema_core.rundir import RESUMABLE_STATES, RunDir, now_iso, run_id_for
+from jobs.cli import jsonable, parse_sets
+from jobs.registry import build_config, get_experiment
+from jobs.worker import run_job
+from store import StoreError, ingest
+
 
 def main(argv=None) -> int:
-    from ema_core.experiments import NullReporter, get_experiment
-    from jobs.cli import _jsonable, _parse_sets
-    from jobs.registry import build_config
-    from ema_core.rundir import RESUMABLE_STATES, RunDir, now_iso, run_id_for
-    from jobs.worker import run_job
-
     ap = argparse.ArgumentParser(prog="torchrun ... -m jobs.ddp", description=__doc__.split("\n")[0])
     ap.add_argument("kind")
     ap.add_argument("--preset")
@@ -33,14 +37,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
-        cfg = build_config(args.kind, preset=args.preset, overrides=_parse_sets(args.set), seed=args.seed)
+        cfg = build_config(args.kind, preset=args.preset, overrides=parse_sets(args.set), seed=args.seed)
     except ValueError as exc:
         print(f"jobs.ddp: error: {exc}", file=sys.stderr)
         return 2
-    import torch.distributed as dist
-
-    from ema_core.lm.train import init_distributed
-
     rank, world, _ = init_distributed()  # the group first: rank 0's decision below reaches every rank
     config_json = cfg.model_dump(mode="json")
     run_id = run_id_for(args.kind, config_json, int(config_json["seed"]))
@@ -68,8 +68,6 @@ def main(argv=None) -> int:
         return 0
     final = run_job(run_id, backend="torchrun")
     _leave_group()
-    from store import StoreError, ingest
-
     ingested = True
     try:
         ingest(run_ids=[run_id])
@@ -79,13 +77,11 @@ def main(argv=None) -> int:
     result = rd.read_result() or {}
     record = {**(result.get("summary") or {}), "run_id": run_id, "state": final, "ingested": ingested,
               "path": str(rd.path)}
-    print(json.dumps(_jsonable(record)) if args.json else f"{run_id}: {final}")
+    print(json.dumps(jsonable(record)) if args.json else f"{run_id}: {final}")
     return 0 if final == "done" and ingested else 1
 
 
 def _leave_group() -> None:
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 

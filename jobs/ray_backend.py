@@ -19,6 +19,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from ema_core.messages import error_line
 from ema_core.rundir import RunDir, now_iso
 from jobs.runner import ROOT, Runner
 from jobs.worker import run_job
@@ -28,7 +29,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def _ray():
     try:
-        import ray
+        import ray  # the optional 'cluster' extra: only the Ray runner needs it, and may find it missing
     except ImportError as exc:
         raise ImportError("the Ray backend needs the 'cluster' extra: pip install -e '.[cluster]'") from exc
     return ray
@@ -43,11 +44,6 @@ def _stay_on_loopback() -> None:
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
         constants.ENABLE_RAY_CLUSTER = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() in ("1", "true")
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1].strip() if lines else ''}"
 
 
 class RayRunner(Runner):
@@ -130,7 +126,7 @@ class RayRunner(Runner):
                     ray.get(ref)
                     why = "the task returned without a final state"
                 except Exception as exc:  # noqa: BLE001 - Ray wraps every way a task can die
-                    why = _one_line(exc)
+                    why = error_line(exc, "last")  # Ray's message ends with the cause, after the remote traceback
                 never_ran = st.get("state") == "queued"
                 st = rd.write_status(state="failed" if never_ran else "crashed", ended=now_iso(), eta_s=None,
                                      message=f"Ray task {'failed before it started' if never_ran else 'died'}: {why}")

@@ -25,10 +25,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ema_core.config import config_error
+from ema_core.messages import error_line
+from ema_core.protocol import Cancelled
 from ema_core.rundir import RunDir, now_iso
 
 # The experiments (torch, sklearn, ...) are imported only once this worker holds the run's lock:
 # a spare worker, started while the first was still importing, then exits in a fraction of a second.
+# What is imported above is light on purpose (no torch): keep it so.
 
 STATUS_INTERVAL_S = 0.2  # a fast loop reports every step; the status file is rewritten at most this often
 HEARTBEAT_S = 5.0  # liveness for runners that cannot see the worker's pid (Ray on another node)
@@ -260,7 +264,7 @@ def run_job(run_id: str, home: str | Path | None = None, backend: str = "local")
 
 
 def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
-    from ema_core.experiments import Cancelled, get_experiment
+    from ema_core.experiments import get_experiment  # torch and the rest (1.2 s+): see the note at the top
 
     record = rd.read_config()
     reporter = RunDirReporter(rd)
@@ -285,7 +289,7 @@ def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
         with contextlib.suppress(Exception):
             reporter.flush()  # events logged before the failure are kept
         _append_log(rd, traceback.format_exc())
-        reporter.write_status(state="failed", ended=now_iso(), eta_s=None, message=_one_line(exc))
+        reporter.write_status(state="failed", ended=now_iso(), eta_s=None, message=_failure(exc))
         if not isinstance(exc, Exception):
             raise  # KeyboardInterrupt, SystemExit: recorded, then let them end the process
         state = "failed"
@@ -295,19 +299,15 @@ def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
     return state
 
 
-def _one_line(exc: BaseException) -> str:
+def _failure(exc: BaseException) -> str:
+    """The failed run's status message: one line."""
     if isinstance(exc, ValidationError):  # a stored config the current code no longer accepts
-        from ema_core.experiments import config_error
-
         return f"invalid config: {config_error(exc)}"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return error_line(exc)
 
 
 def _terminate(signum, frame):  # noqa: ARG001
     # The runner's last resort after the cancel flag was ignored: end as cancelled, not failed.
-    from ema_core.experiments import Cancelled
-
     raise Cancelled(-1, "terminated by the runner after a cancel request")
 
 

@@ -17,6 +17,8 @@ given, so a link to its own name (``/overview``) would be "Page not found" once 
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 _routed = False
 
@@ -27,8 +29,6 @@ def mark_routed() -> None:
 
 
 def ensure_router() -> None:
-    from streamlit.runtime.pages_manager import PagesManager
-
     if not _routed and PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False  # what st.navigation itself sets on its first run
         st.rerun()
@@ -40,8 +40,6 @@ def open_default_by_name(name: str) -> None:
     A page picked by its hash (a click in the navigation, a rerun) is left alone; only a URL typed or
     linked by name is matched, and only to ``name``: every other page's name is its url_path already.
     """
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
     ctx = get_script_run_ctx()
     pm = ctx.pages_manager if ctx else None
     if pm is None or pm.intended_page_script_hash:

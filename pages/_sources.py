@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ema_core.lm.data import _looks_like_path
+from ema_core.lm.data import looks_like_path
 from ema_core.paths import PROJECT_ROOT, emalab_home
 
 BUILT_IN = {"corpus": "austen", "tokenizer": "bpe"}
@@ -55,7 +55,7 @@ def source_allowed(field: str, spec: str) -> bool:
     # Relative paths: a job reads them from the project root (the worker's folder), the config
     # checks them from the server's: both must lead inside.
     bases = (PROJECT_ROOT, Path.cwd())
-    if HUB_NAMES[field].fullmatch(spec) and not _looks_like_path(spec):
+    if HUB_NAMES[field].fullmatch(spec) and not looks_like_path(spec):
         # A hub name, unless something local has that name: the loaders read a local path first.
         # (This existence test only sees names of the hub's shape next to the project's files.)
         if not any(os.path.lexists(base / spec) for base in bases):

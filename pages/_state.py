@@ -6,7 +6,8 @@ from typing import Callable, Iterable, TypeVar
 import streamlit as st
 
 from ema_core.rundir import RESUMABLE_STATES, emalab_home
-from jobs.runner import LocalRunner
+from jobs.runner import LocalRunner, existing_run, next_free_seed
+from store import StorageError, StoreError, ingest
 
 T = TypeVar("T")
 
@@ -25,8 +26,6 @@ def _runner(home: str) -> LocalRunner:
 
 def ingest_quietly() -> str | None:
     """Bring the store up to date with the run folders; a problem becomes a message, not a traceback."""
-    from store import StorageError, StoreError, ingest
-
     try:
         ingest()
     except (StoreError, StorageError) as exc:
@@ -36,8 +35,6 @@ def ingest_quietly() -> str | None:
 
 def read_store(read: Callable[[], T]) -> T:
     """Take in new run folders, then ``read()``: a failed ingest is a warning, an unreadable store stops the page."""
-    from store import StoreError
-
     problem = ingest_quietly()
     if problem:
         st.warning(f"The store could not be brought up to date: {problem}")
@@ -57,9 +54,6 @@ def launch(jobs: Callable[[], Iterable[tuple[str, object]]], preset: str | None,
     ``seed_key`` names the page's seed input, which its "use seed N" button then sets;
     ``follow_link`` adds a link to the Jobs page (left out on the Jobs page itself).
     """
-    from jobs.runner import existing_run
-    from store import StorageError
-
     try:
         planned = [(kind, cfg, *existing_run(kind, cfg)) for kind, cfg in jobs()]
         # A queued or running run is followed, not launched again: only new or resumable ones start.
@@ -99,8 +93,6 @@ RESULT_PAGES = {"dilution": ("pages/export.py", "Export"), "structure": ("pages/
 def already_done(done: list[tuple[str, object, str]], seed_key: str | None = None) -> None:
     """Say that these (kind, config, run id) ran to the end before and nothing ran now; link to their
     results and offer the next seed at which none of them has a run."""
-    from jobs.runner import next_free_seed
-
     seed = next_free_seed([(kind, cfg) for kind, cfg, _ in done])
     ids = ", ".join(run_id for _, _, run_id in done)
     st.info(f"Already done: {ids}. Nothing ran now: these settings ran to the end with "
@@ -117,3 +109,22 @@ def already_done(done: list[tuple[str, object, str]], seed_key: str | None = Non
 def _set_state(key: str, value: object) -> None:
     # A callback runs before the next rerun draws the input, the one moment its value may be set.
     st.session_state[key] = value
+
+
+def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], object],
+              within: Callable[[str], tuple], *, format_func: Callable[[str], str], key: str) -> list[str]:
+    """The finished runs a results page shows: a multiselect, every run of the newest group by default.
+
+    A group is what mean ± std may pool (a config across seeds, comparable settings across
+    variants).  ``run_ids`` come newest first, as the store lists them, so groups are offered newest
+    first; ``within`` orders a group's runs.  A remembered pick that names a run no longer in the
+    store falls back to the default.
+    """
+    run_ids = list(run_ids)
+    rank = {g: i for i, g in enumerate(dict.fromkeys(group_of(r) for r in run_ids))}
+    options = sorted(run_ids, key=lambda r: (rank[group_of(r)], *within(r)))
+    newest = group_of(options[0])
+    if any(r not in options for r in st.session_state.get(key, [])):
+        del st.session_state[key]  # a run left the store: fall back to the default
+    return st.multiselect(label, options, default=[r for r in options if group_of(r) == newest],
+                          format_func=format_func, key=key)

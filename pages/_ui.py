@@ -45,3 +45,8 @@ def table_downloads(
             "LaTeX", lambda: to_latex_booktabs(df, caption=caption, label=label), file_name=f"{name}.tex",
             mime="application/x-tex", key=f"{key}_tex", on_click="ignore", icon=":material/download:",
         )
+
+
+def unbroken(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """For display only: ``mean ± std`` cells with no-break spaces, so a narrow column does not split them."""
+    return df.assign(**{c: df[c].str.replace(" ", "\u00a0") for c in columns if c in df.columns})

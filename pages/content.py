@@ -9,12 +9,14 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures import (ATTN_INPUTS, LM_VARIANTS, PREDICTOR_LABELS, SMOOTHING, lm_ablation_chart,
-                              lm_ablation_frame, lm_curve_chart, lm_curve_frame, lm_variant_label)
+from ema_core.figures.content import (ATTN_INPUTS, PREDICTOR_LABELS, SMOOTHING, lm_ablation_chart,
+                                      lm_ablation_frame, lm_curve_chart, lm_curve_frame, lm_variant_label)
+from ema_core.palette import LM_VARIANTS
 from pages._router import ensure_router
-from pages._state import launch, read_store
-from pages._ui import chart_with_downloads, table_downloads
-from store import StoreError, lm_ablation, lm_curves, lm_final_stats, lm_runs, mean_std_cells
+from pages._state import launch, pick_runs, read_store
+from pages._ui import chart_with_downloads, table_downloads, unbroken
+from store import StoreError, mean_std_cells
+from store.content import lm_ablation, lm_curves, lm_final_stats, lm_runs
 from store.export import mean_std
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -39,11 +41,6 @@ def _cells(df: pd.DataFrame, digits: dict[str, int], default: int = 3) -> pd.Dat
         out = out.drop(columns=[f"{col}_mean", f"{col}_std"])
         out.insert(at, col, folded[col])
     return out
-
-
-def _unbroken(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    """For display only: ``mean ± std`` cells with no-break spaces, so a narrow column does not split them."""
-    return df.assign(**{c: df[c].str.replace(" ", "\u00a0") for c in columns if c in df.columns})
 
 
 def _millions(n: float) -> str:
@@ -118,16 +115,11 @@ if done.empty:
 done["variant"] = [lm_variant_label(*k) for k in zip(done["model"], done["predictor"], done["attn_input"])]
 info = done.set_index("run_id")
 # Newest comparable group first (lm_runs is newest first), then variants in their order, then seeds.
-group_rank = {g: i for i, g in enumerate(dict.fromkeys(done["group_id"]))}
-options = sorted(done["run_id"], key=lambda r: (group_rank[info.at[r, "group_id"]],
-                                                VARIANT_RANK.get(info.at[r, "variant"], len(VARIANT_RANK)),
-                                                info.at[r, "variant"], info.at[r, "seed"], r))
-newest = info.at[options[0], "group_id"]
-if any(r not in options for r in st.session_state.get("content_runs", [])):
-    del st.session_state["content_runs"]  # a run left the store: fall back to the default
-picked = st.multiselect(
-    "Runs (default: every variant and seed of the newest comparable settings)", options,
-    default=[r for r in options if info.at[r, "group_id"] == newest],
+picked = pick_runs(
+    "Runs (default: every variant and seed of the newest comparable settings)", done["run_id"],
+    lambda r: info.at[r, "group_id"],
+    lambda r: (VARIANT_RANK.get(info.at[r, "variant"], len(VARIANT_RANK)), info.at[r, "variant"],
+               info.at[r, "seed"], r),
     format_func=lambda r: f"{info.at[r, 'variant']} · seed {info.at[r, 'seed']} · settings {info.at[r, 'group_id']}",
     key="content_runs",
 )
@@ -193,7 +185,7 @@ def final_table(stats: pd.DataFrame, sel: pd.DataFrame) -> None:
         "ppl_ratio": "perplexity ÷ GPT", "bpb_ratio": "bits per byte ÷ GPT"})
     # Parameter counts with a thousands separator on screen; the downloads keep the number (the
     # Markdown and LaTeX writers add the separator themselves).
-    st.table(_unbroken(final, *final.columns[3:]).style.format({"params": "{:,.0f}"}, na_rep=""), hide_index=True)
+    st.table(unbroken(final, *final.columns[3:]).style.format({"params": "{:,.0f}"}, na_rep=""), hide_index=True)
     table_downloads(final, "content_final", key="content_final_dl",
                     caption="Final evaluation on the held-out text per variant, mean ± std across seeds; "
                             "ratios formed per seed with the GPT of the same seed.", label="tab:content-final")
@@ -251,7 +243,7 @@ def paper_table(stats: pd.DataFrame, found: pd.DataFrame) -> None:
         [{"measure": what, "paper": paper, "ours": value, "seeds": n, "source": source,
           "ours measured as": how if value or how == "not measured here" else f"{how} — not in these runs"}
          for what, paper, source, value, n, how in rows])
-    st.table(_unbroken(table, "ours"), hide_index=True)
+    st.table(unbroken(table, "ours"), hide_index=True)
     table_downloads(table, "content_paper_vs_ours", key="content_paper_dl",
                     caption="The paper's numbers beside ours (mean ± std across seeds). [A] abstract, "
                             "[S] seed summaries, [U] unverified extraction.", label="tab:content-paper")
@@ -259,7 +251,7 @@ def paper_table(stats: pd.DataFrame, found: pd.DataFrame) -> None:
                "paper's tables — shown, never tuned to.")
 
 
-SPREAD = {  # measure of store.queries.lm_ablation -> what the spread table calls it
+SPREAD = {  # measure of store.content.lm_ablation -> what the spread table calls it
     "spread_state": "spread across predictors reading the current state (max − min)",
     "noise_state": "seed noise: pooled std across seeds of those predictors",
     "spread_sequence": "spread across attention predictors reading past trace states",
@@ -297,7 +289,7 @@ def ablation_section(stats: pd.DataFrame, found: pd.DataFrame) -> None:
                               on="predictor", how="left")
         grid["seeds"] = grid["predictor"].map(abl.groupby("predictor")["n"].max())
         grid = mean_std_cells(grid)
-        st.table(_unbroken(grid, *grid.columns[1:-1]), hide_index=True)
+        st.table(unbroken(grid, *grid.columns[1:-1]), hide_index=True)
         table_downloads(grid, "content_ablation", key="content_ablation_dl",
                         caption="Predictor ablation: SPEN's final validation loss (nats/token) per predictor and "
                                 "what its attention reads, mean ± std across seeds.", label="tab:content-ablation")
@@ -305,7 +297,7 @@ def ablation_section(stats: pd.DataFrame, found: pd.DataFrame) -> None:
         if len(spread):
             spread = mean_std_cells(spread.rename(index=SPREAD).rename_axis("measure").reset_index())
             spread = spread.rename(columns={"value": "nats/token"})
-            st.table(_unbroken(spread, "nats/token"), hide_index=True)
+            st.table(unbroken(spread, "nats/token"), hide_index=True)
             table_downloads(spread, "content_ablation_spread", key="content_spread_dl",
                             caption="The ablation's spread (final validation loss, nats/token): formed per seed, "
                                     "then mean ± std across seeds.", label="tab:content-ablation-spread")

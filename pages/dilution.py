@@ -17,7 +17,7 @@ from ema_core.dilution import (
     measure_footprint,
     measure_identity,
 )
-from ema_core.figures import identity_chart, lag_weight_chart, sir_chart
+from ema_core.figures.dilution import identity_chart, lag_weight_chart, sir_chart
 from pages._router import ensure_router
 from pages._ui import chart_with_downloads, table_downloads
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ema_core.figures import identity_chart
+from ema_core.figures.dilution import identity_chart
 from ema_core.tables import preview_formats
 from pages._router import ensure_router
 from pages._state import read_store

@@ -7,14 +7,14 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures import (ROLE_MODELS, probe_control_chart, probe_control_frame, role_accuracy_chart,
-                              role_accuracy_frame)
+from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_control_frame,
+                                        role_accuracy_chart, role_accuracy_frame)
 from ema_core.grammar import ROLES
 from pages._router import ensure_router
-from pages._state import launch, read_store
-from pages._ui import chart_with_downloads, table_downloads
-from store import (StoreError, config_id, config_without_seed, list_runs, mean_std_cells, probe_accuracy_stats,
-                   probe_control, structure_headlines)
+from pages._state import launch, pick_runs, read_store
+from pages._ui import chart_with_downloads, table_downloads, unbroken
+from store import StoreError, config_id, config_without_seed, list_runs, mean_std_cells
+from store.structure import probe_accuracy_stats, probe_control, structure_headlines
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -22,7 +22,7 @@ KIND = "structure"
 SPCN = "traces"  # the SPCN the paper compares with the BiGRU: a probe on the traces alone
 SPLITS = {"test": "within grammar (test)", "novel": "novel vocabulary", "deep": "deep embedding"}
 STRUCTURAL = [r.name for r in ROLES if not r.lexical]
-# measure of store.queries.structure_headlines: (what, the paper's number, its source, how ours is measured)
+# measure of store.structure.structure_headlines: (what, the paper's number, its source, how ours is measured)
 PAPER = {
     "within_instantaneous": ("Within grammar: probe on instantaneous activations", "0.795", "[S]",
                              "overall token accuracy, test split"),
@@ -53,7 +53,7 @@ PAPER = {
                           "overall, deep split (nested clauses)"),
     "deep_overall_bigru": ("Deep embedding: BiGRU overall", "—", "", "overall, deep split (nested clauses)"),
 }
-CONTROL_COLUMNS = {  # measure of store.queries.probe_control -> column of the control table
+CONTROL_COLUMNS = {  # measure of store.structure.probe_control -> column of the control table
     "trained": "trained SPCN", "untrained": "untrained SPCN", "control": "control task",
     "selectivity": "selectivity (trained − control)", "training_gain": "trained − untrained",
 }
@@ -66,11 +66,6 @@ def _wide(df: pd.DataFrame, index: list[str], column: str, mean: str, std: str, 
         part = df.loc[df[column] == c, [*index, mean, std]].rename(columns={mean: f"{c}_mean", std: f"{c}_std"})
         out = out.merge(part, on=index, how="left")  # a left merge keeps the rows' order
     return mean_std_cells(out)
-
-
-def _unbroken(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    """For display only: ``mean ± std`` cells with no-break spaces, so a narrow column does not split them."""
-    return df.assign(**{c: df[c].str.replace(" ", "\u00a0") for c in columns if c in df.columns})
 
 
 def launch_section() -> None:
@@ -122,14 +117,9 @@ configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.it
 cid = {run_id: config_id(KIND, cfg) for run_id, cfg in configs.items()}
 seed_of = dict(zip(done["run_id"], done["seed"]))
 # Newest config first (list_runs is newest first), seeds in order within a config.
-config_rank = {c: i for i, c in enumerate(dict.fromkeys(cid[r] for r in done["run_id"]))}
-options = sorted(done["run_id"], key=lambda r: (config_rank[cid[r]], pd.isna(seed_of[r]),
-                                                 seed_of[r] if pd.notna(seed_of[r]) else 0, r))
-newest = cid[options[0]]
-if any(r not in options for r in st.session_state.get("structure_runs", [])):
-    del st.session_state["structure_runs"]  # a run left the store: fall back to the default
-picked = st.multiselect(
-    "Runs (default: every seed of the newest config)", options, default=[r for r in options if cid[r] == newest],
+picked = pick_runs(
+    "Runs (default: every seed of the newest config)", done["run_id"], cid.get,
+    lambda r: (pd.isna(seed_of[r]), seed_of[r] if pd.notna(seed_of[r]) else 0, r),
     format_func=lambda r: f"seed {seed_of[r]} · config {cid[r]} · {r}", key="structure_runs",
 )
 if not picked:
@@ -193,7 +183,7 @@ for measure, (what, paper, source, how) in PAPER.items():
                  "ours measured as": how if has else f"{how} — not in these runs"})
 paper_table = mean_std_cells(pd.DataFrame(rows))
 # A static table (a dozen rows, every cell's text in full); "0.797 ± 0.002" kept on one line.
-st.table(_unbroken(paper_table, "ours"), hide_index=True)
+st.table(unbroken(paper_table, "ours"), hide_index=True)
 table_downloads(paper_table, "structure_paper_vs_ours", key="structure_paper_dl",
                 caption="The paper's numbers beside ours (mean ± std across seeds). [A] abstract, "
                         "[S] seed summaries, [U] unverified extraction.",
@@ -225,7 +215,7 @@ else:
     control_table = (control_table.sort_values("feature_set", key=lambda c: c.map(sets), na_position="last")
                      .rename(columns={"feature_set": "SPCN features"}).reset_index(drop=True))
     control_table["seeds"] = control_table["SPCN features"].map(control.groupby("feature_set")["n"].max())
-    st.table(_unbroken(control_table, *CONTROL_COLUMNS.values()), hide_index=True)
+    st.table(unbroken(control_table, *CONTROL_COLUMNS.values()), hide_index=True)
     table_downloads(control_table, "structure_probe_control", key="structure_control_dl",
                     caption="Probe controls: overall accuracy on the test split, mean ± std across seeds.",
                     label="tab:structure-probe-control")

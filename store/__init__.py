@@ -1,7 +1,9 @@
 """The DuckDB store: schema and migrations, the single writer (ingest), queries, exports.
 
 Workers never open the store; they write run folders (``ema_core.rundir``), and ``ingest`` copies
-them in.  Pages and the CLI read through ``queries`` and ``export``.
+them in.  Pages and the CLI read through ``queries`` (what every study shares), ``export``, and one
+file per study: ``dilution``, ``structure`` and ``content`` hold that study's queries and declare
+its tables to the generic ones.
 
 Damage is said, never repaired:
 
@@ -19,19 +21,19 @@ from .db import (DamagedStoreError, ForeignStoreError, NotAStoreError, StoreBusy
 from .export import (EMPTY, EXPORT_TABLES, FORMATS, export_table, exports_dir, mean_std_cells, render_table,
                      table_frame)
 from .ingest import ResultError, ingest, record_bench
-from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, dilution_accuracy, final_metrics,
-                      grouped, list_runs, lm_ablation, lm_curves, lm_eval, lm_final_stats, lm_runs, metric_keys,
-                      metric_series, probe_accuracy, probe_accuracy_stats, probe_control, run_detail, store_summary,
-                      structure_headlines)
+from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, final_metrics, grouped, list_runs,
+                      metric_keys, metric_series, run_detail, store_summary)
 from .schema import SCHEMA_VERSION
+
+# Imported here, so that their tables are registered (queries.GROUPABLE, export.EXPORT_TABLES)
+# whichever module of the store is imported first; in the paper's order, the order exports list them.
+from . import dilution, structure, content  # isort: skip
 
 __all__ = [
     "DamagedStoreError", "EMPTY", "EXPORT_TABLES", "FORMATS", "ForeignStoreError", "GROUPABLE", "NotAStoreError",
-    "ResultError",
-    "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError", "bench_figures", "check",
-    "config_id", "config_without_seed", "probe_accuracy_stats", "probe_control", "structure_headlines",
-    "dilution_accuracy", "export_table", "exports_dir", "final_metrics", "grouped", "ingest", "list_runs",
-    "lm_ablation", "lm_curves", "lm_eval", "lm_final_stats", "lm_runs", "mean_std_cells", "metric_keys",
-    "metric_series", "migrate", "migrate_store", "open_store",
-    "probe_accuracy", "record_bench", "render_table", "run_detail", "store_path", "store_summary", "table_frame",
+    "ResultError", "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError", "bench_figures",
+    "check", "config_id", "config_without_seed", "content", "dilution", "export_table", "exports_dir",
+    "final_metrics", "grouped", "ingest", "list_runs", "mean_std_cells", "metric_keys", "metric_series", "migrate",
+    "migrate_store", "open_store", "record_bench", "render_table", "run_detail", "store_path", "store_summary",
+    "structure", "table_frame",
 ]

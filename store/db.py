@@ -157,7 +157,11 @@ def _is_lock_conflict(exc: Exception) -> bool:
     return isinstance(exc, duckdb.IOException) and ("Could not set lock" in msg or "Conflicting lock" in msg)
 
 
-def _storage_problem(exc: Exception, path: Path) -> StorageError | None:
+def storage_problem(exc: Exception, path: Path) -> StorageError | None:
+    """A DuckDB error that says the file system refused (full, read-only), in words; None otherwise.
+
+    Shared with :mod:`store.ingest`, which stops on such an error rather than noting it against one run.
+    """
     msg = str(exc)
     if "No space left" in msg:
         return StorageError(f"the data folder is full: could not write {path}")
@@ -176,7 +180,7 @@ def _unreadable(exc: Exception, path: Path) -> StoreError | StorageError | None:
     """A DuckDB error met while reading or writing an open store, in words; None for any other error."""
     if not isinstance(exc, duckdb.Error):
         return None
-    problem = _storage_problem(exc, path)
+    problem = storage_problem(exc, path)
     if problem is None and (isinstance(exc, duckdb.IOException) or "Corrupt database file" in str(exc)):
         problem = _damaged(path, exc)
     return problem

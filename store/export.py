@@ -1,13 +1,14 @@
 """Exports: a table from the store as CSV, LaTeX (booktabs) or Markdown.
 
-The tables come from an allow-list, each backed by a query in ``store.queries``, so a table name
-never reaches SQL.  Files are written only inside ``$EMALAB_HOME/exports/``: whatever ``out`` says
-(``..``, an absolute path, a symlink), a target that resolves outside that folder is refused before
-anything is written, and the file appears atomically.
+The tables come from an allow-list, each backed by a query in ``store.queries`` or in a study's file
+of ``store/`` (which adds its tables here with :func:`register_table` when ``store`` is imported),
+so a table name never reaches SQL.  Files are written only inside ``$EMALAB_HOME/exports/``:
+whatever ``out`` says (``..``, an absolute path, a symlink), a target that resolves outside that
+folder is refused before anything is written, and the file appears atomically.
 
-Every row says what it measured: ``lm_eval`` carries the run's model, predictor, attention input,
-size, corpus and parameter count, and every run table the config fields that differ between the
-runs exported (``store.queries.labelled``).
+Every row says what it measured: a study's table carries what each run was (its ``labels``, read
+from the run's config), and every run table the config fields that differ between the runs
+exported (``store.queries.labelled``).
 
 Grouped exports average runs whose configs differ only in their seed.  LaTeX and Markdown show one
 ``mean ± std`` cell per value, with one number of decimals per column, and the mean alone where
@@ -49,22 +50,27 @@ def _labelled(name: str) -> Callable[..., pd.DataFrame]:
     return lambda run_ids, home: queries.labelled(name, run_ids, home=home)
 
 
+# By name, in the order the export page and the CLI list them: the tables every study shares here,
+# each study's own after them, added by its file in store/.
 EXPORT_TABLES: dict[str, ExportTable] = {
     "runs": ExportTable(lambda run_ids, home: queries.list_runs(limit=None, run_ids=run_ids, home=home),
                         "one row per run: kind, seed, status, times, code version, host, config"),
     "metrics_final": ExportTable(_labelled("metrics_final"),
                                  "the last logged value of every metric of every run", by="key"),
-    "dilution_accuracy": ExportTable(_labelled("dilution_accuracy"),
-                                     "identity decoding accuracy per feature and lag, with chance"),
-    "probe_accuracy": ExportTable(_labelled("probe_accuracy"),
-                                  "probe accuracy per role, feature set and split"),
-    "lm_eval": ExportTable(_labelled("lm_eval"),
-                           "language-model loss, perplexity and bits per byte per split, per model, "
-                           "predictor, attention input, size and corpus"),
     "bench_figures": ExportTable(lambda run_ids, home: queries.bench_figures(home=home),
                                  "the newest figure of every benchmark key, with machine and command",
                                  by="key"),
 }
+
+
+def register_table(name: str, description: str, by: str | None = None) -> None:
+    """Offer the run table ``name`` (declared with ``queries.register_run_table``) for export, its rows
+    labelled (``queries.labelled``); ``description`` says what one row is."""
+    if name not in queries.GROUPABLE:
+        raise ValueError(f"{name!r} is not a run table; declare it with queries.register_run_table first")
+    if name in EXPORT_TABLES:
+        raise ValueError(f"export table {name!r} is declared twice")
+    EXPORT_TABLES[name] = ExportTable(_labelled(name), description, by)
 
 
 def exports_dir(home: Path | None = None) -> Path:

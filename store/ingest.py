@@ -31,7 +31,7 @@ import pandas as pd
 from ema_core.rundir import RunDir, canonical_json, emalab_home, iter_run_dirs
 
 from . import schema
-from .db import _storage_problem, open_store
+from .db import open_store, storage_problem
 
 _RUN_COLUMNS = ("kind", "config", "seed", "status", "created_at", "started_at", "ended_at",
                 "code_version", "host", "summary", "message")
@@ -105,6 +105,12 @@ def ingest(home: Path | None = None, run_ids: Iterable[str] | None = None, *,
 # replaced by a new file, are never missed.
 _SEEN: dict[str, dict[str, tuple]] = {}
 _SETTLE_NS = 2_000_000_000  # coarser than any file system's timestamps (FAT's are 2 s)
+
+
+def forget_seen() -> None:
+    """Forget which runs earlier passes of this process found unchanged: the next ingest looks at
+    every run folder again, as the first one after a restart does (``bench.pages`` measures that)."""
+    _SEEN.clear()
 
 
 _FILES = ("config.json", "status.json", "events.jsonl", "result.json")  # what _ingest_run reads
@@ -232,7 +238,7 @@ def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None
     except duckdb.Error as exc:
         with contextlib.suppress(duckdb.Error):
             conn.execute("ROLLBACK")
-        if isinstance(exc, duckdb.IOException) or _storage_problem(exc, rd.path):
+        if isinstance(exc, duckdb.IOException) or storage_problem(exc, rd.path):
             raise  # the file itself is in trouble: stop, the session turns it into a clear error
         return fail(f"not ingested ({type(exc).__name__}): {exc}")
     report["runs_updated"] += 1
@@ -257,6 +263,15 @@ def _ts(value: Any) -> datetime | None:
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
     return dt
+
+
+def run_row(cfg: dict, status: dict, result: dict | None) -> dict[str, Any]:
+    """The ``runs`` row (column: value, besides run_id) ingest makes of a run's config, status and result.
+
+    For whoever fills a store without ingesting (``bench.pages`` writes a million metric rows
+    straight into DuckDB): its rows then equal ingest's, and the first ingest finds nothing to do.
+    """
+    return dict(zip(_RUN_COLUMNS, _run_row(cfg, status, result)))
 
 
 def _run_row(cfg: dict, status: dict, result: dict | None) -> tuple:

@@ -9,7 +9,7 @@ import torch
 
 from ema_core import bigru
 from ema_core.bigru import N_ROWS, PAD, UNK, BiGRUConfig, BiGRUTagger, encode, predict, train_bigru
-from ema_core.experiments.protocol import Cancelled
+from ema_core.protocol import Cancelled
 from ema_core.grammar import (
     N_ROLES,
     N_WORDS,

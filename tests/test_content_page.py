@@ -13,10 +13,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ema_core.experiments import build_config
-from ema_core.figures import smooth_ema
+from ema_core.figures.content import smooth_ema
 from lm_fixture import make_lm_runs
 from ema_core.tables import column_decimals
-from store import lm_ablation, lm_curves, lm_eval, lm_runs
+from store.content import lm_ablation, lm_curves, lm_eval, lm_runs
 from store.export import mean_std
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -93,7 +93,7 @@ def test_smooth_ema_is_the_plain_recursion():
 
 
 def test_variant_labels():
-    from ema_core.figures import lm_variant_label
+    from ema_core.figures.content import lm_variant_label
 
     assert lm_variant_label("gpt", "linear", "state") == "GPT"
     assert lm_variant_label("spen", "softmax_attention", "tokens") == "SPEN softmax attention (tokens)"
@@ -306,9 +306,9 @@ def test_overview_links_to_the_content_page(empty_home):
 
 
 def test_the_charts_export_as_svg_and_png(runs):
-    from ema_core.figures import (chart_to_png, chart_to_svg, lm_ablation_chart, lm_ablation_frame,
-                                  lm_curve_chart, lm_curve_frame)
-    from store import lm_final_stats
+    from ema_core.figures import chart_to_png, chart_to_svg
+    from ema_core.figures.content import lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
+    from store.content import lm_final_stats
 
     curves = lm_curve_chart(lm_curve_frame(lm_curves(runs), 0.6), log_x=True, log_y=True)
     ablation = lm_ablation_chart(lm_ablation_frame(lm_final_stats(runs)), 5.0)

@@ -1,9 +1,11 @@
 """Figures render through vl_convert, and the table formatters write valid Markdown and booktabs."""
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
+from pathlib import Path
 
 import altair as alt
 import numpy as np
@@ -13,32 +15,18 @@ import pytest
 from ema_core import palette
 from ema_core.config import DilutionConfig
 from ema_core.dilution import ALL_RATES, analytic_frame, measure_identity, rate_label
-from ema_core.figures import (
-    CURVE_WIDTH,
-    ROLE_TITLE_WIDTH,
-    SIR_CLIP_DB,
-    SUBTITLE_SIZE,
-    TITLE_SIZE,
-    WIDTH,
-    chart_to_png,
-    chart_to_svg,
-    identity_chart,
-    lag_weight_chart,
-    lm_ablation_chart,
-    lm_ablation_frame,
-    lm_curve_chart,
-    lm_curve_frame,
-    probe_control_chart,
-    probe_control_frame,
-    role_accuracy_chart,
-    role_accuracy_frame,
-    sir_chart,
-    text_width,
-)
+from ema_core.figures import SUBTITLE_SIZE, TITLE_SIZE, WIDTH, chart_to_png, chart_to_svg, text_width
+from ema_core.figures.content import CURVE_WIDTH, lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
+from ema_core.figures.dilution import SIR_CLIP_DB, identity_chart, lag_weight_chart, sir_chart
+from ema_core.figures.structure import (ROLE_TITLE_WIDTH, probe_control_chart, probe_control_frame, role_accuracy_chart,
+                                        role_accuracy_frame)
 from ema_core.tables import EMPTY, latex_escape, to_latex_booktabs, to_markdown
 from ema_core.rundir import RunDir, run_id_for
 from lm_fixture import make_lm_runs
-from store import dilution_accuracy, ingest, lm_curves, lm_final_stats, probe_accuracy_stats, probe_control
+from store import ingest
+from store.content import lm_curves, lm_final_stats
+from store.dilution import dilution_accuracy
+from store.structure import probe_accuracy_stats, probe_control
 from structure_fixture import make_structure_runs
 
 ALPHAS = (0.5, 0.1, 0.02)
@@ -346,3 +334,27 @@ def test_latex_float_and_escaping_of_caption():
     assert r"\caption{rate\_1 at 5\%}" in tex
     assert r"\label{tab:x_y}" in tex
     assert latex_escape(r"a\b{c}~^") == r"a\textbackslash{}b\{c\}\textasciitilde{}\textasciicircum{}"
+
+
+def _ema_core_imports(path: Path) -> set[str]:
+    """The ``ema_core`` modules a source file imports (``from ema_core import x`` counts as ``ema_core.x``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in names if n.startswith("ema_core.")}
+
+
+def test_charts_sit_beside_the_science_not_inside_it():
+    """Science never imports the charts, and the shared chart module names no study: a study's
+    charts are its own module of ``ema_core.figures``."""
+    root = Path(__file__).resolve().parent.parent / "ema_core"
+    figures = root / "figures"
+    science = [p for p in root.rglob("*.py") if figures not in p.parents]
+    assert science and not [
+        p.relative_to(root) for p in science
+        if any(n == "ema_core.figures" or n.startswith("ema_core.figures.") for n in _ema_core_imports(p))]
+    assert _ema_core_imports(figures / "__init__.py") <= {"ema_core.palette"}

@@ -1,11 +1,11 @@
-"""Every query in store.queries against a store with known contents."""
+"""Every query of the store (store.queries and each study's file) against a store with known contents."""
 import math
 
 import pandas as pd
 import pytest
 
 from ema_core.rundir import RunDir, run_id_for
-from store import queries
+from store import content, dilution, queries, structure
 from store.ingest import ingest, record_bench
 
 
@@ -86,7 +86,7 @@ def test_list_runs(runs):
 def test_user_values_never_become_sql(runs):
     assert queries.list_runs(kind="probe' OR '1'='1").empty
     assert queries.metric_series(["x' OR '1'='1"], "loss").empty
-    assert queries.probe_accuracy(role="subject'; DROP TABLE runs; --").empty
+    assert structure.probe_accuracy(role="subject'; DROP TABLE runs; --").empty
     assert len(queries.list_runs()) == 6
 
 
@@ -124,21 +124,21 @@ def test_final_metrics(runs):
 
 
 def test_result_tables(runs):
-    df = queries.probe_accuracy([runs["p8s0"]])
+    df = structure.probe_accuracy([runs["p8s0"]])
     assert list(df.columns) == ["run_id", "seed", "role", "feature_set", "split", "accuracy"]
     assert df[["role", "accuracy"]].values.tolist() == [["object", 0.6], ["subject", 0.8]]
-    assert len(queries.probe_accuracy()) == 6
-    assert sorted(queries.probe_accuracy(role="subject")["accuracy"]) == [0.8, 0.9, 0.95]
-    assert queries.probe_accuracy(split="train").empty
+    assert len(structure.probe_accuracy()) == 6
+    assert sorted(structure.probe_accuracy(role="subject")["accuracy"]) == [0.8, 0.9, 0.95]
+    assert structure.probe_accuracy(split="train").empty
 
-    lm = queries.lm_eval()
+    lm = content.lm_eval()
     assert list(lm.columns) == ["run_id", "seed", "split", "loss", "ppl", "bpb"]
-    assert len(lm) == 3 and sorted(queries.lm_eval(split="val")["loss"]) == [2.0, 3.0]
+    assert len(lm) == 3 and sorted(content.lm_eval(split="val")["loss"]) == [2.0, 3.0]
 
-    dil = queries.dilution_accuracy()
+    dil = dilution.dilution_accuracy()
     assert list(dil.columns) == ["run_id", "seed", "feature", "lag", "accuracy", "chance"]
     assert dil[["feature", "lag", "accuracy"]].values.tolist() == [["role", 1, 0.7], ["word", 1, 0.9], ["word", 4, 0.4]]
-    assert list(queries.dilution_accuracy(feature="word")["lag"]) == [1, 4]
+    assert list(dilution.dilution_accuracy(feature="word")["lag"]) == [1, 4]
 
 
 def test_bench_figures(home):
@@ -160,7 +160,7 @@ def test_store_summary(runs):
 
 
 def test_empty_store_gives_empty_frames_with_columns(home):
-    assert list(queries.probe_accuracy().columns) == ["run_id", "seed", "role", "feature_set", "split", "accuracy"]
+    assert list(structure.probe_accuracy().columns) == ["run_id", "seed", "role", "feature_set", "split", "accuracy"]
     assert queries.metric_keys() == [] and queries.run_detail("x") is None
     g = queries.grouped("lm_eval")
     assert g.empty and "loss_mean" in g.columns
@@ -258,20 +258,20 @@ def structure_runs(tmp_path_factory):
 
 def test_probe_accuracy_stats_across_seeds(structure_runs):
     h, ids = structure_runs
-    df = queries.probe_accuracy_stats(ids, home=h)
+    df = structure.probe_accuracy_stats(ids, home=h)
     assert list(df.columns) == ["role", "feature_set", "split", "n", "seeds", "accuracy_mean", "accuracy_std"]
     row = df[(df.role == "overall") & (df.feature_set == "traces") & (df.split == "test")].iloc[0]
     assert row["n"] == 2 and row["seeds"] == "0,1"
     assert row["accuracy_mean"] == pytest.approx(0.93) and row["accuracy_std"] == pytest.approx(math.sqrt(2) * 0.03)
-    assert set(queries.probe_accuracy_stats(ids, split="deep", home=h)["role"]) == {"overall"}
-    one = queries.probe_accuracy_stats(ids[:1], split="novel", home=h)
+    assert set(structure.probe_accuracy_stats(ids, split="deep", home=h)["role"]) == {"overall"}
+    one = structure.probe_accuracy_stats(ids[:1], split="novel", home=h)
     assert (one["n"] == 1).all() and one["accuracy_std"].isna().all() and (one["seeds"] == "0").all()
-    assert queries.probe_accuracy_stats([], home=h).empty
+    assert structure.probe_accuracy_stats([], home=h).empty
 
 
 def test_structure_headlines_form_ratios_per_seed(structure_runs):
     h, ids = structure_runs
-    df = queries.structure_headlines(ids, ["agent_det", "patient_det"], home=h).set_index("measure")
+    df = structure.structure_headlines(ids, ["agent_det", "patient_det"], home=h).set_index("measure")
     assert list(df.columns) == ["n", "seeds", "value_mean", "value_std"]
     assert df.loc["within_instantaneous", "value_mean"] == pytest.approx(0.75)
     assert df.loc["within_traces", "value_mean"] == pytest.approx(0.93)
@@ -292,7 +292,7 @@ def test_structure_headlines_form_ratios_per_seed(structure_runs):
     assert "deep_overall_bigru" not in df.index and "novel_overall_spcn" not in df.index  # not in these runs
     assert (df["n"] == 2).all() and (df["seeds"] == "0,1").all()
     # The SPCN of the comparison is a parameter; a feature set with no rows gives no SPCN measures.
-    other = queries.structure_headlines(ids, ["agent_det"], spcn="both", home=h)
+    other = structure.structure_headlines(ids, ["agent_det"], spcn="both", home=h)
     assert set(other["measure"]) == {"within_instantaneous", "within_traces", "novel_agent_det_bigru"}
 
 
@@ -303,13 +303,13 @@ def test_structure_queries_skip_missing_accuracies(tmp_path):
             {"role": "end", "feature_set": "traces", "split": "deep", "accuracy": 0.5}]
     run_id = make_run(h, "structure", {"seed": 0}, 0, tables={"probe_accuracy": rows})
     assert ingest(h)["errors"] == []
-    assert queries.probe_accuracy_stats(run_id, home=h)["role"].tolist() == ["end"]
-    assert queries.structure_headlines(run_id, ["agent_det"], home=h).empty
+    assert structure.probe_accuracy_stats(run_id, home=h)["role"].tolist() == ["end"]
+    assert structure.structure_headlines(run_id, ["agent_det"], home=h).empty
 
 
 def test_probe_control_selectivity_per_seed(structure_runs):
     h, ids = structure_runs
-    df = queries.probe_control(ids, home=h)
+    df = structure.probe_control(ids, home=h)
     assert list(df.columns) == ["feature_set", "measure", "n", "seeds", "value_mean", "value_std"]
     # instantaneous and bigru have no control or untrained counterpart: not control rows
     assert set(df["feature_set"]) == {"traces"}
@@ -318,14 +318,14 @@ def test_probe_control_selectivity_per_seed(structure_runs):
     assert v["untrained"] == pytest.approx(0.6)
     assert v["selectivity"] == pytest.approx(((0.96 - 0.3) + (0.90 - 0.4)) / 2)
     assert v["training_gain"] == pytest.approx(((0.96 - 0.7) + (0.90 - 0.5)) / 2)
-    assert queries.probe_control(ids, split="novel", home=h).set_index("measure")["value_mean"]["untrained"] == 0.0
+    assert structure.probe_control(ids, split="novel", home=h).set_index("measure")["value_mean"]["untrained"] == 0.0
 
 
 def test_structure_queries_on_an_empty_store(home):
-    assert queries.probe_accuracy_stats().empty
-    assert list(queries.structure_headlines(structural_roles=["agent_det"]).columns) == [
+    assert structure.probe_accuracy_stats().empty
+    assert list(structure.structure_headlines(structural_roles=["agent_det"]).columns) == [
         "measure", "n", "seeds", "value_mean", "value_std"]
-    assert queries.probe_control().empty
+    assert structure.probe_control().empty
 
 
 def test_config_id_ignores_the_seed():
@@ -377,7 +377,7 @@ def lm_store(tmp_path_factory):
 
 def test_lm_runs_flatten_config_and_summary(lm_store):
     h, ids = lm_store
-    df = queries.lm_runs(home=h)
+    df = content.lm_runs(home=h)
     assert len(df) == 10 and df["run_id"].iloc[0] == ids["long0"]  # newest first
     row = df.set_index("run_id").loc[ids["lin1"]]
     assert (row["model"], row["predictor"], row["attn_input"], row["size"], row["corpus"]) == (
@@ -389,27 +389,27 @@ def test_lm_runs_flatten_config_and_summary(lm_store):
     groups = df.set_index("run_id")["group_id"]
     assert groups[ids["gpt0"]] == groups[ids["tok1"]] == groups[ids["gpt_soft0"]] != groups[ids["long0"]]
     assert '"seed"' not in row["comparable"] and '"model"' not in row["comparable"] and '"steps":4' in row["comparable"]
-    assert queries.lm_runs(ids["gpt0"], home=h)["run_id"].tolist() == [ids["gpt0"]]
-    assert queries.lm_runs(status="running", home=h).empty
-    assert queries.lm_runs(home=h / "nothing").empty
+    assert content.lm_runs(ids["gpt0"], home=h)["run_id"].tolist() == [ids["gpt0"]]
+    assert content.lm_runs(status="running", home=h).empty
+    assert content.lm_runs(home=h / "nothing").empty
 
 
 def test_lm_curves_count_tokens_and_keep_the_newest_logging(lm_store):
     h, ids = lm_store
-    df = queries.lm_curves([ids["gpt0"], ids["gpt1"], ids["lin0"]], home=h)
+    df = content.lm_curves([ids["gpt0"], ids["gpt1"], ids["lin0"]], home=h)
     assert list(df.columns) == ["run_id", "seed", "model", "predictor", "attn_input", "step", "tokens", "value"]
     assert df["model"].tolist()[:3] == ["gpt"] * 3  # GPT first
     gpt0 = df[df["run_id"] == ids["gpt0"]]
     assert gpt0["step"].tolist() == [1, 2, 4] and gpt0["value"].tolist() == [3.0, 2.5, 2.0]
     assert gpt0["tokens"].tolist() == [16.0, 32.0, 64.0]
-    assert set(queries.lm_curves(ids["lin0"], "train/loss", home=h)["value"]) == {5.0, 4.5, 4.0}
-    assert queries.lm_curves([], home=h).empty
+    assert set(content.lm_curves(ids["lin0"], "train/loss", home=h)["value"]) == {5.0, 4.5, 4.0}
+    assert content.lm_curves([], home=h).empty
 
 
 def test_lm_final_stats_pair_each_spen_with_its_gpt(lm_store):
     h, ids = lm_store
     picked = [v for k, v in ids.items() if k != "long0"]
-    df = queries.lm_final_stats(picked, home=h)
+    df = content.lm_final_stats(picked, home=h)
     assert [tuple(r) for r in df[["model", "predictor", "attn_input"]].itertuples(index=False)] == [
         ("gpt", "linear", "state"), ("gpt", "softmax_attention", "state"), ("spen", "linear", "state"),
         ("spen", "softmax_attention", "state"), ("spen", "softmax_attention", "tokens")]
@@ -428,15 +428,15 @@ def test_lm_final_stats_pair_each_spen_with_its_gpt(lm_store):
     soft = df.loc[("spen", "softmax_attention", "state")]
     assert soft["ppl_ratio_mean"] == pytest.approx((85 / 17 + 85 / 12) / 2)
     # A run without a GPT of its config and seed has no ratio.
-    alone = queries.lm_final_stats([ids["long0"], ids["gpt0"]], home=h).set_index("model").loc["spen"]
+    alone = content.lm_final_stats([ids["long0"], ids["gpt0"]], home=h).set_index("model").loc["spen"]
     assert alone["n"] == 1 and alone["pairs"] == 0 and pd.isna(alone["ppl_ratio_mean"]) and pd.isna(alone["loss_std"])
-    assert queries.lm_final_stats(picked, split="test", home=h).empty
+    assert content.lm_final_stats(picked, split="test", home=h).empty
 
 
 def test_lm_ablation_spreads_per_seed(lm_store):
     h, ids = lm_store
     picked = [v for k, v in ids.items() if k != "long0"]
-    df = queries.lm_ablation(picked, home=h)
+    df = content.lm_ablation(picked, home=h)
     assert list(df.columns) == ["measure", "n", "seeds", "value_mean", "value_std"]
     df = df.set_index("measure")
     # state readers: linear 3.0 / 3.2, softmax 3.1 / 3.1 → spreads 0.1 and 0.1
@@ -448,12 +448,12 @@ def test_lm_ablation_spreads_per_seed(lm_store):
     # pooled: linear's variance 0.02, softmax's 0 → sqrt(0.01)
     noise = df.loc["noise_state"]
     assert noise["value_mean"] == pytest.approx(0.1) and noise["n"] == 2 and noise["seeds"] == "0,1"
-    one = queries.lm_ablation([ids["lin0"], ids["soft0"]], home=h).set_index("measure")
+    one = content.lm_ablation([ids["lin0"], ids["soft0"]], home=h).set_index("measure")
     assert set(one.index) == {"spread_state"} and pd.isna(one.loc["spread_state", "value_std"])
-    assert queries.lm_ablation([ids["gpt0"]], home=h).empty
+    assert content.lm_ablation([ids["gpt0"]], home=h).empty
 
 
 def test_lm_queries_on_an_empty_store(home):
-    assert queries.lm_runs().empty and queries.lm_curves(None).empty
-    assert list(queries.lm_final_stats().columns)[:4] == ["model", "predictor", "attn_input", "n"]
-    assert queries.lm_ablation().empty
+    assert content.lm_runs().empty and content.lm_curves(None).empty
+    assert list(content.lm_final_stats().columns)[:4] == ["model", "predictor", "attn_input", "n"]
+    assert content.lm_ablation().empty

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ema_core.experiments import build_config
-from store import probe_accuracy
+from store.structure import probe_accuracy
 from store.export import mean_std
 from structure_fixture import make_structure_runs, split_roles
 
@@ -228,9 +228,10 @@ def test_the_page_draws_runs_of_the_real_experiment(tmp_path, monkeypatch):
 
 
 def test_the_charts_export_as_svg_and_png(runs):
-    from ema_core.figures import (chart_to_png, chart_to_svg, probe_control_chart, probe_control_frame,
-                                  role_accuracy_chart, role_accuracy_frame)
-    from store.queries import probe_accuracy_stats, probe_control
+    from ema_core.figures import chart_to_png, chart_to_svg
+    from ema_core.figures.structure import (probe_control_chart, probe_control_frame, role_accuracy_chart,
+                                            role_accuracy_frame)
+    from store.structure import probe_accuracy_stats, probe_control
 
     roles = role_accuracy_chart(role_accuracy_frame(probe_accuracy_stats(runs), "deep"), "deep embedding")
     control = probe_control_chart(probe_control_frame(probe_control(runs)))

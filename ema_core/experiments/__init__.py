@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from ema_core.config import config_error
 from ema_core.experiments import dilution_sweep, lm, structure
-from ema_core.experiments.protocol import Cancelled, Experiment, NullReporter, Reporter
+from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 
 # A small explicit map: a kind not listed here is rejected when its config is built.
 REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT, lm.EXPERIMENT)}
@@ -65,20 +66,6 @@ def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any]
         return exp.config_cls(**values)
     except ValidationError as exc:
         raise ValueError(config_error(exc)) from None
-
-
-def config_error(exc: ValidationError) -> str:
-    """A pydantic error as one line: ``field: what is wrong (got value)``, problems joined by '; '."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        got = err.get("input")
-        shown = repr(got)
-        if err["type"] != "extra_forbidden" and not isinstance(got, dict) and len(shown) <= 60:
-            msg += f" (got {shown})"
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)
 
 
 def _parse_value(annotation: Any, raw: Any) -> Any:

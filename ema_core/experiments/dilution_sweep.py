@@ -19,10 +19,12 @@ import contextlib
 import time
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ema_core.config import PAPER_ALPHAS, DilutionConfig, check_rates, field_like
-from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
+from ema_core.protocol import Cancelled, Experiment, Reporter, check_checkpoint
 
 KIND = "dilution"
 GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
@@ -73,19 +75,19 @@ PRESETS: dict[str, dict] = {
 
 def run(cfg: DilutionSweepConfig, reporter: Reporter) -> dict:
     t_start = time.perf_counter()
-    with _deterministic_torch():
+    with deterministic_torch():
         return _run(cfg, reporter, t_start)
 
 
 @contextlib.contextmanager
-def _deterministic_torch():
+def deterministic_torch():
+    """One torch thread and deterministic algorithms while the block runs; shared with the structure
+    experiment, whose resumed runs must match too."""
     # One intra-op thread: a float sum split over threads is added in an order that depends on the
     # thread count, and a resumed run may land in a process with another count (a Ray worker sets
     # OMP_NUM_THREADS=1, a local worker sees every core).  With one thread every matmul and
     # reduction has a single order, so killed-and-resumed equals uninterrupted bit for bit.  The
     # decoder is small (p ≤ a few hundred): more threads would buy little.
-    import torch
-
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
@@ -98,40 +100,18 @@ def _deterministic_torch():
         torch.set_num_threads(threads)
 
 
-def _stream(cfg: DilutionSweepConfig):
-    """Tokens, traces (T, K, D) and the first decodable step: the stream of ``dilution._measure``."""
-    from ema_core.dilution import random_stream
-
-    # The torch path, on the one thread this run holds: the numba path splits a long stream by its
-    # thread count (which changes the traces' last bits, and a resumed run must see the very same
-    # features), and its OpenMP pool spin-waits on cores that other workers need (measured: two
-    # concurrent workers took 10x longer than one).
-    return random_stream(cfg, backend="torch")
-
-
-def _feature_sets(cfg: DilutionSweepConfig) -> list[tuple[str, np.ndarray]]:
-    from ema_core.dilution import ALL_RATES, _rate_columns, rate_label
-
-    K, D, Wn = len(cfg.alphas), cfg.dim, cfg.window
-    sets = [(rate_label(alpha), _rate_columns(k, Wn, K, D)) for k, alpha in enumerate(cfg.alphas)]
-    if cfg.include_all and K > 1:
-        sets.append((ALL_RATES, np.arange(Wn * K * D)))
-    return sets
-
-
 def _data_seed(seed: int, set_index: int) -> int:
     # Independent minibatch orders per feature set, all fixed by the config's seed.
     return int(np.random.SeedSequence((seed, 7, set_index)).generate_state(1)[0])
 
 
 def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
-    import torch
-    import torch.nn.functional as F
-
-    from ema_core.dilution import _features
+    # ema_core.dilution brings pandas, scipy and numba (0.6 s to import), and the registry (so every
+    # CLI command and every worker, of any kind) imports this module: only a dilution run pays for them.
+    from ema_core.dilution import feature_sets, random_stream, window_features
 
     K, V, D, L, Wn = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
-    sets = _feature_sets(cfg)
+    sets = feature_sets(cfg.alphas, Wn, D, include_all=cfg.include_all)
     total = len(sets) * cfg.steps
     rows: list[dict] = []
     summary: dict = {}
@@ -140,17 +120,23 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     ckpt = reporter.load_checkpoint()  # first: a bad checkpoint fails before any work
     if ckpt is not None:
         _, resumed = ckpt
-        _check_checkpoint(resumed, cfg)
+        check_checkpoint(resumed, what="dilution-sweep checkpoint", fmt=CHECKPOINT_FORMAT,
+                         keys=("set_index", "step", "model", "optim", "data_rng", "torch_rng", "rows", "summary",
+                               "elapsed"), expect={"config": cfg.model_dump_json()})
         start_set, start_step = int(resumed["set_index"]), int(resumed["step"])
         rows, summary = list(resumed["rows"]), dict(resumed["summary"])
         elapsed_before = float(resumed["elapsed"])
         torch.set_rng_state(resumed["torch_rng"])
     reporter.progress((start_set * cfg.steps + start_step) / total, "building the token stream and its traces")
-    tokens, traces, first = _stream(cfg)
+    # The stream of ``dilution._measure``, by the torch path, on the one thread this run holds: the
+    # numba path splits a long stream by its thread count (which changes the traces' last bits, and a
+    # resumed run must see the very same features), and its OpenMP pool spin-waits on cores that
+    # other workers need (measured: two concurrent workers took 10x longer than one).
+    tokens, traces, first = random_stream(cfg, backend="torch")
     steps_all = np.arange(first, len(tokens))
     train, test = steps_all[: cfg.n_train], steps_all[cfg.n_train :]
-    Ftr = _features(traces, train, Wn, K, D)  # (n, p) raw trace states
-    Fte = _features(traces, test, Wn, K, D)  # (m, p)
+    Ftr = window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
+    Fte = window_features(traces, test, Wn, K, D)  # (m, p)
     # Standardised with the training stretch's statistics, as the closed-form decoder does: a slow
     # trace's scale is ~6x below a fast one's (energy α/(2 − α)), and one step size then suits all.
     mu = Ftr.mean(0, dtype=np.float64)
@@ -230,17 +216,6 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     summary["seconds"] = elapsed_before + time.perf_counter() - t_start
     reporter.progress(1.0, "done")
     return {"summary": summary, "tables": {"dilution_accuracy": rows}}
-
-
-def _check_checkpoint(state: dict, cfg: DilutionSweepConfig) -> None:
-    missing = {"format", "config", "set_index", "step", "model", "optim", "data_rng", "torch_rng", "rows",
-               "summary", "elapsed"} - set(state)
-    if missing:
-        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a dilution-sweep checkpoint")
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
-    if state["config"] != cfg.model_dump_json():
-        raise ValueError("checkpoint was written for another config")
 
 
 EXPERIMENT = Experiment(

@@ -11,15 +11,18 @@ validation curve as ``val/*`` metrics, and a summary with the keys ``emalab run 
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import field_like
-from ema_core.experiments.protocol import Experiment, Reporter
-from ema_core.lm.data import LMDataConfig
-from ema_core.lm.train import TrainConfig
+from ema_core.lm.data import LMDataConfig, prepare, tokenizer_json
+from ema_core.lm.presets import build_model
+from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
+from ema_core.protocol import Experiment, Reporter
 
 KIND = "lm"
 MODELS = ("spen", "gpt")
@@ -70,8 +73,6 @@ class LMConfig(BaseModel):
     def _device_present(cls, v: str) -> str:
         # Refused with the config, before a run folder exists, rather than by the run a moment later.
         if v == "cuda":
-            import torch
-
             if not torch.cuda.is_available():
                 raise ValueError("no CUDA device is visible on this machine; use auto or cpu")
         return v
@@ -116,8 +117,6 @@ PRESETS: dict[str, dict] = {
 
 
 def run(cfg: LMConfig, reporter: Reporter) -> dict:
-    import torch
-
     t_start = time.perf_counter()
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -133,8 +132,6 @@ def run(cfg: LMConfig, reporter: Reporter) -> dict:
 
 
 def _device(cfg: LMConfig):
-    import torch
-
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device=cuda but no CUDA device is visible")
     if cfg.device == "auto":
@@ -143,10 +140,6 @@ def _device(cfg: LMConfig):
 
 
 def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
-    from ema_core.lm.data import prepare, tokenizer_json
-    from ema_core.lm.presets import build_model
-    from ema_core.lm.train import Streams, init_distributed, train_lm
-
     reporter.progress(0.0, "reading the corpus and its tokenizer")
     data = prepare(cfg.data_config())
     tok = data.tokenizer
@@ -191,8 +184,6 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
 
 
 def _under_torchrun() -> bool:
-    import os
-
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 

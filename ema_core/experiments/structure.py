@@ -22,13 +22,13 @@ import time
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ema_core.bigru import BiGRUConfig
+from ema_core.bigru import BiGRUConfig, predict, train_bigru
 from ema_core.config import field_like
-from ema_core.experiments.dilution_sweep import _deterministic_torch
-from ema_core.experiments.protocol import Cancelled, Experiment, Reporter
-from ema_core.grammar import N_WORDS, ROLES, STRUCTURES, GrammarConfig, Sentence, vocabulary
-from ema_core.probes import PROBE_KINDS
-from ema_core.spcn import FEATURE_SETS, SPCNConfig
+from ema_core.experiments.dilution_sweep import deterministic_torch
+from ema_core.grammar import N_WORDS, ROLES, STRUCTURES, GrammarConfig, Sentence, sample_sentences, stream, vocabulary
+from ema_core.probes import PROBE_KINDS, accuracy_by_label, apply_control, control_labels, fit_probe
+from ema_core.protocol import Cancelled, Experiment, Reporter, check_checkpoint
+from ema_core.spcn import FEATURE_SETS, SPCN, SPCNConfig, SPCNState
 
 KIND = "structure"
 CHECKPOINT_FORMAT = 1
@@ -104,8 +104,6 @@ PRESETS: dict[str, dict] = {
 
 def sentences(cfg: StructureConfig) -> dict[str, list[Sentence]]:
     """The five splits of one run; a pure function of the config (its seed included)."""
-    from ema_core.grammar import sample_sentences
-
     train = sample_sentences(cfg.grammar(cfg.n_train), cfg.seed, "train")
     n_dev = int(cfg.n_train * cfg.dev_fraction)
     ev = cfg.grammar(cfg.n_eval)
@@ -114,14 +112,11 @@ def sentences(cfg: StructureConfig) -> dict[str, list[Sentence]]:
 
 
 def run(cfg: StructureConfig, reporter: Reporter) -> dict:
-    with _deterministic_torch():
+    with deterministic_torch():
         return _run(cfg, reporter, time.perf_counter())
 
 
 def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
-    from ema_core.grammar import stream
-    from ema_core.spcn import SPCN, SPCNState
-
     ckpt = reporter.load_checkpoint()  # first: a bad checkpoint fails before any work
     saved = _check_checkpoint(ckpt[1], cfg) if ckpt is not None else {}
     elapsed_before = float(saved.get("elapsed", 0.0))
@@ -179,9 +174,6 @@ def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
 
     # -- the supervised BiGRU -----------------------------------------------------------------------
     reporter.progress((P + 1) / total_steps, "training the BiGRU")
-    from ema_core.bigru import predict, train_bigru
-    from ema_core.probes import accuracy_by_label
-
     def log(epoch: int, metrics: dict) -> None:
         reporter.log(P + 1 + epoch, metrics)
 
@@ -203,8 +195,6 @@ def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
 
 def _probe_all(cfg: StructureConfig, trained, untrained, streams, reporter: Reporter, step: int):
     """``probe_accuracy`` rows of the trained and untrained SPCN's probes and of the control task."""
-    from ema_core.probes import accuracy_by_label, apply_control, control_labels, fit_probe
-
     rows: list[dict] = []
     y_train, y_dev = streams["train"][1], streams["dev"][1]
     # Every training-vocabulary type gets a control label (a small train split may miss a few types
@@ -241,8 +231,6 @@ def _probe_all(cfg: StructureConfig, trained, untrained, streams, reporter: Repo
 def _word_majority_rows(streams) -> list[dict]:
     """The word-identity baseline: each word type's most frequent training role (unseen words:
     the most frequent role overall).  What a representation of the current word alone can give."""
-    from ema_core.probes import accuracy_by_label
-
     tok, roles, _ = streams["train"]
     overall = int(np.bincount(roles, minlength=len(ROLES)).argmax())
     table = {int(w): int(np.bincount(roles[tok == w], minlength=len(ROLES)).argmax()) for w in np.unique(tok)}
@@ -302,13 +290,9 @@ def summarise(rows: list[dict], parts: dict) -> dict:
 
 
 def _check_checkpoint(state: dict, cfg: StructureConfig) -> dict:
-    missing = {"format", "config", "phase", "passes_done", "spcn", "rows", "parts", "elapsed"} - set(state)
-    if missing:
-        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a structure checkpoint")
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
-    if state["config"] != cfg.model_dump_json():
-        raise ValueError("checkpoint was written for another config")
+    check_checkpoint(state, what="structure checkpoint", fmt=CHECKPOINT_FORMAT,
+                     keys=("phase", "passes_done", "spcn", "rows", "parts", "elapsed"),
+                     expect={"config": cfg.model_dump_json()})
     if state["phase"] not in ("spcn", "probes", "bigru"):
         raise ValueError(f"checkpoint names an unknown phase {state['phase']!r}")
     return state

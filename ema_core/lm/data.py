@@ -46,7 +46,6 @@ Cache (under a caller-given folder, by default ``$EMALAB_HOME/cache``)
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -62,16 +61,17 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
+import filelock
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from ema_core.messages import one_line
 from ema_core.paths import PROJECT_ROOT, cache_home
-
-if TYPE_CHECKING:  # the heavy libraries load only when a corpus or tokenizer is really needed
-    from tokenizers import Tokenizer
+from ema_core.rundir import atomic_write
 
 AUSTEN_DIR = PROJECT_ROOT / "data" / "austen"
 AUSTEN_NOVELS = ("emma", "mansfieldpark", "northangerabbey", "persuasion", "prideprejudice", "sensesensibility")
@@ -123,7 +123,7 @@ class LMDataConfig(BaseModel):
         # A path that is not there fails at config time, so `emalab run` refuses it before a run
         # folder exists (a hub name is only tried when the run starts: it may need the network).
         path = Path(v.strip()).expanduser()
-        if v.strip() == "bpe" or not (_looks_like_path(v.strip()) or path.exists()):
+        if v.strip() == "bpe" or not (looks_like_path(v.strip()) or path.exists()):
             return v
         if path.is_dir() and not (path / "tokenizer.json").is_file():
             raise ValueError("a folder without a tokenizer.json")
@@ -135,7 +135,7 @@ class LMDataConfig(BaseModel):
     def _austen_novel(self) -> LMDataConfig:
         if self.corpus == "austen":
             _check_val_doc(self.val_doc)
-        elif _looks_like_path(self.corpus) and not Path(self.corpus).expanduser().exists():
+        elif looks_like_path(self.corpus) and not Path(self.corpus).expanduser().exists():
             # Checked when the config is built, so `emalab run` refuses it before a run folder exists.
             raise ValueError(f"corpus {self.corpus!r}: no such file or folder")
         return self
@@ -174,7 +174,7 @@ def load_corpus(spec: str = "austen", *, val_doc: str = "persuasion", val_fracti
     if path.exists():
         docs = _bounded(_iter_local(path), max_docs, max_chars)
         source = f"{len(docs)} documents from {path.name or spec}"
-    elif _looks_like_path(spec):
+    elif looks_like_path(spec):
         raise CorpusError(f"{spec}: no such file or folder")
     else:
         if max_docs is None and max_chars is None:
@@ -218,7 +218,9 @@ def _corpus(name: str, train: Sequence[str], val: Sequence[str], description: st
     return Corpus(name, tuple(train), tuple(val), digest.hexdigest(), description)
 
 
-def _looks_like_path(spec: str) -> bool:
+def looks_like_path(spec: str) -> bool:
+    """Whether ``spec`` is shaped as a local path rather than a hub name; shared with the app's
+    source check (``pages/_sources.py``), which must read a setting as the loaders will."""
     # A hub name is "owner/name" or "name", optionally ":config"; anything path-shaped that does
     # not exist is a missing path, not a hub name (so a typo fails fast and says so).
     if spec.startswith(("/", "./", "../", "~", ".\\")) or spec.endswith(("/", os.sep)):
@@ -317,11 +319,11 @@ def _read_file(path: Path) -> list[str]:
     except UnicodeDecodeError as e:
         raise CorpusError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x}: {e.reason})") from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise CorpusError(f"{path}: corrupt gzip data ({_one_line(e)})") from None
+        raise CorpusError(f"{path}: corrupt gzip data ({one_line(e, limit=300)})") from None
     except StopIteration:
         raise CorpusError(f"{path}: no records") from None
     except Exception as e:  # pyarrow / json parse errors: the library's own words, on one line
-        raise CorpusError(f"{path}: cannot be read as {builder} ({type(e).__name__}: {_one_line(e)})") from None
+        raise CorpusError(f"{path}: cannot be read as {builder} ({type(e).__name__}: {one_line(e, limit=300)})") from None
     docs = []
     for i, row in enumerate(rows):
         if "text" not in row:
@@ -354,22 +356,17 @@ def _iter_hub(spec: str) -> Iterator[str]:
     except (CorpusError, HubUnreachable):
         raise
     except ConnectionError as e:
-        raise HubUnreachable(_offline_message(f"corpus {spec!r}", _one_line(e))) from None
+        raise HubUnreachable(_offline_message(f"corpus {spec!r}", one_line(e, limit=300))) from None
     except Exception as e:
-        raise CorpusError(f"corpus {spec!r}: the hub dataset cannot be read ({type(e).__name__}: {_one_line(e)})") from None
+        raise CorpusError(f"corpus {spec!r}: the hub dataset cannot be read ({type(e).__name__}: {one_line(e, limit=300)})") from None
 
 
 def _load_dataset(*args, **kwargs):
-    import datasets
+    import datasets  # 0.6 s: only a file or hub corpus needs it; Austen (the default) and the registry do not
 
     # Streaming writes no Arrow files, only lock files and hub metadata: keep them with our other
     # rebuildable data rather than in the user's ~/.cache.
     return datasets.load_dataset(*args, cache_dir=str(cache_home() / "hf_datasets"), **kwargs)
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text[:300] + ("…" if len(text) > 300 else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,7 +411,7 @@ def _hub_unreachable_reason() -> str | None:
     if not outcome:
         return f"no answer from {host} within {HUB_PROBE_SECONDS:g} s"
     if outcome[0] is not None:
-        return f"no connection to {host}: {_one_line(outcome[0])}"
+        return f"no connection to {host}: {one_line(outcome[0], limit=300)}"
     return None
 
 
@@ -432,8 +429,6 @@ def require_hub(what: str) -> None:
 def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """A byte-level BPE (GPT-2's pre-tokenizer, no normaliser: decode(encode(s)) == s for any s)
     with one special token, EOT, at id 0.  Deterministic: the same texts give the same JSON."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     if vocab_size < 257:
         raise CorpusError(f"vocab_size {vocab_size} < 257 (256 byte tokens + EOT)")
     tok = Tokenizer(models.BPE())
@@ -449,8 +444,6 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
 def load_tokenizer(spec_or_path: str | os.PathLike) -> Tokenizer:
     """A tokenizer from its JSON file (or a folder holding ``tokenizer.json``), or a hub name."""
-    from tokenizers import Tokenizer
-
     spec = str(spec_or_path).strip()
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -459,14 +452,14 @@ def load_tokenizer(spec_or_path: str | os.PathLike) -> Tokenizer:
         try:
             return Tokenizer.from_file(str(path))
         except Exception as e:
-            raise CorpusError(f"{path}: not a tokenizer JSON file ({_one_line(e)})") from None
-    if _looks_like_path(spec) or path.exists():
+            raise CorpusError(f"{path}: not a tokenizer JSON file ({one_line(e, limit=300)})") from None
+    if looks_like_path(spec) or path.exists():
         raise CorpusError(f"{spec}: no such tokenizer file")
     require_hub(f"tokenizer {spec!r}")
     try:
         return Tokenizer.from_pretrained(spec)
     except Exception as e:
-        raise CorpusError(f"tokenizer {spec!r}: cannot be loaded from the hub ({_one_line(e)})") from None
+        raise CorpusError(f"tokenizer {spec!r}: cannot be loaded from the hub ({one_line(e, limit=300)})") from None
 
 
 def tokenizer_json(tok: Tokenizer) -> str:
@@ -494,7 +487,7 @@ def cached_bpe(corpus: Corpus, vocab_size: int, cache_dir: str | os.PathLike) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         with _lock(path):
             if not path.is_file():  # another worker may have trained it while we waited
-                _atomic_write_text(path, tokenizer_json(train_bpe(corpus.train, vocab_size)))
+                atomic_write(path, tokenizer_json(train_bpe(corpus.train, vocab_size)))
     return load_tokenizer(path)
 
 
@@ -558,7 +551,7 @@ def token_streams(corpus: Corpus, tok: Tokenizer, cache_dir: str | os.PathLike) 
                     np.save(f, arr)
                     f.flush()
                     os.fsync(f.fileno())
-            _atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=1))
+            atomic_write(tmp / "meta.json", json.dumps(meta, indent=1))
             try:
                 os.rename(tmp, entry)
             except OSError:
@@ -683,21 +676,7 @@ def default_cache_dir() -> Path:
 
 
 def _lock(path: Path):
-    import filelock
-
     return filelock.FileLock(str(path) + ".lock")
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 

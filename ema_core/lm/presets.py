@@ -48,7 +48,8 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def _preset(name: str) -> Preset:
+def get_preset(name: str) -> Preset:
+    """The named size, or a ValueError listing the names; shared with ``bench.lm``."""
     if name not in PRESETS:
         raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
     return PRESETS[name]
@@ -57,7 +58,7 @@ def _preset(name: str) -> Preset:
 def spen_config(preset: str, *, vocab_size: int | None = None, predictor: str = "linear",
                 attn_input: str = "state", **overrides) -> SPENConfig:
     """A preset's SPEN; ``overrides`` set any other :class:`SPENConfig` field."""
-    p = _preset(preset)
+    p = get_preset(preset)
     fields = dict(d_model=p.d_model, n_layers=p.n_layers, n_heads=p.n_heads, d_ff=p.d_ff,
                   vocab_size=vocab_size or p.vocab_size, predictor=predictor, attn_input=attn_input)
     return SPENConfig(**{**fields, **overrides})
@@ -90,7 +91,7 @@ def gpt_config(preset: str, *, vocab_size: int | None = None, predictor: str = "
                attn_input: str = "state", seq_len: int | None = None, **spen_overrides) -> GPTConfig:
     """The baseline matched to ``spen_config(preset, ...)`` with the same arguments."""
     spen = spen_config(preset, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
-    return matched_gpt_config(spen, seq_len=seq_len or _preset(preset).seq_len)
+    return matched_gpt_config(spen, seq_len=seq_len or get_preset(preset).seq_len)
 
 
 def build_model(model: str, preset: str, *, vocab_size: int | None = None, predictor: str = "linear",
@@ -101,4 +102,4 @@ def build_model(model: str, preset: str, *, vocab_size: int | None = None, predi
     spen = spen_config(preset, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
     if model == "spen":
         return SPEN(spen, seed=seed)
-    return GPT(matched_gpt_config(spen, seq_len=seq_len or _preset(preset).seq_len), seed=seed)
+    return GPT(matched_gpt_config(spen, seq_len=seq_len or get_preset(preset).seq_len), seed=seed)

@@ -32,8 +32,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# Not ema_core.experiments.protocol at import time: that package's registry imports the lm
-# experiment, which imports this module (a cycle when this module is imported first).
+from ema_core.protocol import Cancelled, NullReporter, check_checkpoint
 
 CHECKPOINT_FORMAT = 1
 
@@ -96,7 +95,8 @@ def batch_at(train: torch.Tensor, step: int, cfg: TrainConfig, seed: int, rank: 
     return w[:, :-1], w[:, 1:]
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """The AdamW of :func:`train_lm`; shared with ``bench.lm``, which times the very same step."""
     # Decay the matrices (embeddings, projections); not biases, norm gains or other vectors.
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -104,7 +104,8 @@ def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), eps=1e-8)
 
 
-def _autocast(device: torch.device):
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA, nothing on the CPU; shared with ``bench.lm``, which times the very same step."""
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -129,7 +130,7 @@ def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens:
             w = torch.arange(w0, min(n_windows, w0 + batch))
             idx = w[:, None] * seq_len + torch.arange(seq_len + 1)  # (b, T + 1)
             chunk = val[idx].to(device)
-            with _autocast(device):
+            with autocast(device):
                 logits = model(chunk[:, :-1])  # (b, T, V)
             loss = F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
             total += float(loss)
@@ -160,8 +161,6 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     ``extra_state`` is stored in every checkpoint and must equal the stored one on resume (the caller's
     identity of the run: its config).
     """
-    from ema_core.experiments.protocol import Cancelled, NullReporter
-
     reporter = reporter or NullReporter()
     device = torch.device(device)
     rank, world = _dist()
@@ -170,7 +169,7 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     net = model
     if world > 1:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = _optimizer(model, cfg)
+    opt = build_optimizer(model, cfg)
     train = torch.as_tensor(np.asarray(streams.train, dtype=np.int64))
     extra_state = extra_state or {}
 
@@ -182,7 +181,8 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
         ckpt = holder[0]
     if ckpt is not None:
         _, state = ckpt
-        _check_checkpoint(state, extra_state)
+        check_checkpoint(state, what="language-model checkpoint of this run", fmt=CHECKPOINT_FORMAT,
+                         keys=("step", "model", "optim", "curve", "tokens", "train_seconds"), expect=extra_state)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
         start, curve = int(state["step"]), list(state["curve"])
@@ -211,7 +211,7 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
             group["lr"] = lr_at(step, cfg)
         x, y = batch_at(train, step, cfg, seed, rank)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with _autocast(device):
+        with autocast(device):
             logits = net(x)  # (B, T, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
@@ -250,17 +250,6 @@ def _check_ranks_agree(model: torch.nn.Module) -> None:
     torch.distributed.all_gather(prints, fp)
     if any(not torch.equal(p, prints[0]) for p in prints):
         raise RuntimeError(f"the DDP replicas diverged: parameter fingerprints {[float(p) for p in prints]}")
-
-
-def _check_checkpoint(state: dict, extra_state: dict) -> None:
-    missing = {"format", "step", "model", "optim", "curve", "tokens", "train_seconds", *extra_state} - set(state)
-    if missing:
-        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a language-model checkpoint of this run")
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint format {state['format']} is not {CHECKPOINT_FORMAT}")
-    for key, value in extra_state.items():
-        if state[key] != value:
-            raise ValueError(f"checkpoint was written for another {key}")
 
 
 def init_distributed() -> tuple[int, int, torch.device]:

@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from ema_core.scan.reference import ema_scan_reference
 from ema_core.scan.validate import check_h0, check_reset, check_x, validate_alphas
 
 BACKENDS = ("reference", "numba", "torch")
@@ -53,12 +54,17 @@ def ema_scan(x, alphas, h0=None, reset=None, *, backend: str = "auto", validate:
     if out is not None and name != "numba":
         raise ValueError(f"out is supported on the numba path only, not {name!r}")
     a = validate_alphas(alphas)
-    if name == "torch" and not _is_tensor(x):
+    if name == "torch":
+        # torch (1.2 s to import) only for the torch path: numpy callers (the Dilution page, the
+        # numba figures of bench scan) never load it.
         import torch
 
-        x = torch.as_tensor(np.asarray(x))
-        h0 = None if h0 is None else torch.as_tensor(np.asarray(h0))
-        reset = None if reset is None else torch.as_tensor(np.asarray(reset))
+        from ema_core.scan.torch_scan import DEFAULT_CHUNK, ema_scan_torch
+
+        if not _is_tensor(x):
+            x = torch.as_tensor(np.asarray(x))
+            h0 = None if h0 is None else torch.as_tensor(np.asarray(h0))
+            reset = None if reset is None else torch.as_tensor(np.asarray(reset))
     if name in ("numba", "reference") and _is_tensor(x):
         if x.requires_grad:
             raise ValueError(f"x requires grad; the {name} path is not differentiable, use backend='torch'")
@@ -72,17 +78,15 @@ def ema_scan(x, alphas, h0=None, reset=None, *, backend: str = "auto", validate:
     check_h0(h0, B, a.size, D)
     check_reset(reset, B, T)
     if name == "reference":
-        from ema_core.scan.reference import ema_scan_reference
-
         traces, h_last = ema_scan_reference(x, a, h0, reset)
     elif name == "numba":
+        # numba (0.2 s to import, more to load the compiled kernels) only for the numba path: the
+        # language models' torch path never loads it.
         from ema_core.scan.numba_cpu import ema_scan_numba
 
         if x.dtype not in (np.float32, np.float64):
             raise ValueError(f"x must be float32 or float64 on the CPU path, got dtype {x.dtype}")
         traces, h_last = ema_scan_numba(x, a, h0, reset, out=out)
     else:
-        from ema_core.scan.torch_scan import DEFAULT_CHUNK, ema_scan_torch
-
         traces, h_last = ema_scan_torch(x, a, h0, reset, chunk=chunk or DEFAULT_CHUNK)
     return ScanResult(traces, h_last, name)

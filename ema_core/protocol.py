@@ -3,6 +3,12 @@
 An experiment is a pure function of its config: ``run(config, reporter) -> result``.  It knows
 nothing of processes, run folders or Ray; the job runner hands it a :class:`Reporter` backed by a
 run folder, a test or notebook hands it a :class:`NullReporter`.
+
+It sits below every experiment and model (it imports no module of ema_core), so the training loops
+of :mod:`ema_core.bigru` and :mod:`ema_core.lm.train` import it at the top like anything else, and
+the worker takes :class:`Cancelled` from it without loading an experiment.  Torch is imported only
+where a :class:`NullReporter` keeps a checkpoint, for the same reason: the worker imports this module
+before it holds the run's lock (see :mod:`jobs.worker`).
 """
 from __future__ import annotations
 
@@ -96,7 +102,7 @@ class NullReporter:
         return n is not None and self.checkpoints_saved >= n
 
     def save_checkpoint(self, step: int, state: dict) -> None:
-        import torch
+        import torch  # 1.2 s: not before a checkpoint is kept (the worker imports this module early)
 
         buf = io.BytesIO()
         torch.save(state, buf)
@@ -109,7 +115,27 @@ class NullReporter:
     def load_checkpoint(self) -> tuple[int, dict] | None:
         if self._checkpoint is None:
             return None
-        import torch
+        import torch  # 1.2 s: as in save_checkpoint
 
         step, data = self._checkpoint
         return step, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def check_checkpoint(state: dict, *, what: str, fmt: int, keys: tuple[str, ...] = (),
+                     expect: dict[str, Any] | None = None) -> None:
+    """Refuse a checkpoint that is not one of this run: shared by every experiment that resumes.
+
+    ``keys`` (and every key of ``expect``) must be present, else "checkpoint lacks [...]: not a
+    ``what``"; its ``format`` must be ``fmt``; and each ``expect`` value must equal the stored one (the
+    run's identity, usually its config), else "checkpoint was written for another KEY".  Each problem
+    is a ``ValueError`` on one line.
+    """
+    expect = expect or {}
+    missing = {"format", *keys, *expect} - set(state)
+    if missing:
+        raise ValueError(f"checkpoint lacks {sorted(missing)}: not a {what}")
+    if state["format"] != fmt:
+        raise ValueError(f"checkpoint format {state['format']} is not {fmt}")
+    for key, value in expect.items():
+        if state[key] != value:
+            raise ValueError(f"checkpoint was written for another {key}")

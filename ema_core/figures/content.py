@@ -1,0 +1,179 @@
+"""The content study's charts (PAPER.md §3): validation curves and the predictor ablation of the
+language models, from the frames of the store's language-model queries.  Each variant (model,
+predictor, attention input) has the label and colour :data:`ema_core.palette.LM_VARIANTS` gives it."""
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from ema_core import palette
+from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, reference_rule,
+                              value_format)
+
+# The labels the charts and the Content page give the settings of a SPEN run.
+PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
+                    "softmax_attention": "softmax attention"}
+# What an attention predictor reads.
+ATTN_INPUTS = {"state": "current trace state", "sequence": "past trace states", "tokens": "raw tokens (control)"}
+CURVE_WIDTH = WIDTH + 180  # the curves take a page's whole width
+# Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
+SMOOTHING = {"none": 0.0, "EMA 0.6": 0.6, "EMA 0.9": 0.9}
+
+
+def lm_variant_label(model: str, predictor: str | None, attn_input: str | None) -> str:
+    """``"GPT"``, ``"SPEN linear"``, ``"SPEN softmax attention (tokens)"``; a GPT sized to another
+    SPEN than the linear one says which."""
+    def text(v, default: str) -> str:  # a missing field (None, or NaN from a frame) reads as its default
+        return default if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    model, predictor, attn_input = text(model, "?"), text(predictor, "linear"), text(attn_input, "state")
+    if (model, predictor, attn_input) in palette.LM_VARIANTS:
+        return palette.LM_VARIANTS[(model, predictor, attn_input)][0]
+    if model == "gpt":
+        return f"GPT (sized to {lm_variant_label('spen', predictor, attn_input)})"
+    return f"{model.upper()} {PREDICTOR_LABELS.get(predictor, predictor)} ({attn_input})"
+
+
+def _variant_scale(labels) -> alt.Scale:
+    """Colours of the variants present, in the canonical order of ``LM_VARIANTS``."""
+    known = {label: color for label, color in palette.LM_VARIANTS.values()}
+    present = set(labels)
+    domain = [label for label, _ in palette.LM_VARIANTS.values() if label in present]
+    domain += sorted(present - set(domain))
+    return color_scale(domain, lambda v: known.get(v, palette.OTHER_COLOR))
+
+
+def smooth_ema(values, weight: float) -> np.ndarray:
+    """``s_0 = v_0, s_t = w·s_{t−1} + (1 − w)·v_t``: TensorBoard's smoothing, without its debiasing
+    (the first point starts the average, so no early bias needs correcting); ``w = 0`` returns the
+    values.  NaNs are skipped: they neither show nor move the average.
+
+    >>> smooth_ema([1.0, 0.0, 0.0], 0.5).tolist()
+    [1.0, 0.5, 0.25]
+    """
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
+    v = np.asarray(values, dtype=float)
+    out = v.copy()
+    s = None
+    for t, x in enumerate(v):
+        if np.isnan(x):
+            continue
+        s = x if s is None else weight * s + (1.0 - weight) * x
+        out[t] = s
+    return out
+
+
+def lm_curve_frame(curves: pd.DataFrame, weight: float = 0.0) -> pd.DataFrame:
+    """The curve chart's rows from the store's ``lm_curves``: every run smoothed (weight ``weight``
+    of :func:`smooth_ema`), then averaged across seeds per variant and step.
+
+    Columns: variant, line ("mean", or the run id of a seed's own line), seed, step, tokens, value,
+    std (across seeds, mean rows only), n.  Variants in the order of ``LM_VARIANTS``.
+    """
+    cols = ["variant", "line", "seed", "step", "tokens", "value", "std", "n"]
+    if curves.empty:
+        return pd.DataFrame(columns=cols)
+    df = curves.sort_values(["run_id", "step"]).copy()
+    df["variant"] = [lm_variant_label(*k) for k in zip(df["model"], df["predictor"], df["attn_input"])]
+    df["value"] = df.groupby("run_id", sort=False)["value"].transform(lambda v: smooth_ema(v.to_numpy(), weight))
+    seeds = df.assign(line=df["run_id"], std=np.nan, n=1)[cols]
+    means = (df.groupby(["variant", "step"], sort=False)
+             .agg(tokens=("tokens", "mean"), value=("value", "mean"), std=("value", "std"), n=("value", "count"))
+             .reset_index().assign(line="mean", seed=np.nan))[cols]
+    out = pd.concat([means, seeds], ignore_index=True)
+    order = {v: i for i, v in enumerate(_variant_scale(out["variant"]).domain)}
+    out["_v"] = out["variant"].map(order)
+    out["_l"] = out["line"] != "mean"
+    out = out.sort_values(["_l", "_v", "line", "step"], kind="stable")
+    return out.drop(columns=["_v", "_l"]).reset_index(drop=True)
+
+
+def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False, log_y: bool = False,
+                   seeds: bool = True, y_title: str = "validation loss (nats/token)",
+                   subtitle: str = "") -> alt.LayerChart:
+    """One line per variant (the mean across seeds), each seed's own line faint behind it."""
+    if x not in ("step", "tokens"):
+        raise ValueError(f"x must be 'step' or 'tokens', got {x!r}")
+    scale = _variant_scale(frame["variant"])
+    x_enc = alt.X(f"{x}:Q", title="optimiser step" if x == "step" else "training tokens",
+                  # nice=False: a log axis would otherwise round out to whole decades and squash the curves.
+                  scale=alt.Scale(type="log", nice=False) if log_x else alt.Scale(zero=False),
+                  # Steps as integers with a thousands separator ("~g" wrote 1e+2); tokens in SI (1.5M).
+                  axis=alt.Axis(format="~s" if x == "tokens" else COUNT_FORMAT, tickMinStep=1))
+    # The log note goes into the subtitle: a longer y title outgrows the plot's height, and Vega then
+    # lifts the chart title out of the drawn area.  One tick format on the whole axis (a log axis
+    # otherwise writes "5" beside "4.9").
+    y_enc = alt.Y("value:Q", title=y_title, axis=alt.Axis(titleLimit=HEIGHT, format=value_format(frame["value"])),
+                  scale=alt.Scale(type="log", nice=False) if log_y else alt.Scale(zero=False))
+    color = alt.Color("variant:N", scale=scale, sort=scale.domain, title="variant",
+                      # Stroke symbols at full opacity: the faint seed lines would otherwise set them.
+                      # No label limit: "GPT (sized to SPEN softmax attention (sequence))" in full.
+                      legend=alt.Legend(orient="right", labelLimit=0, symbolType="stroke", symbolStrokeWidth=3,
+                                        symbolOpacity=1))
+    base = alt.Chart().encode(x=x_enc, y=y_enc, color=color)
+    mean = base.transform_filter("datum.line === 'mean'").mark_line(point=True, strokeWidth=2.2).encode(
+        tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("step:Q"), alt.Tooltip("tokens:Q", format=",.0f"),
+                 alt.Tooltip("value:Q", format=".4f", title="mean"),
+                 alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")])
+    layers = [mean]
+    if seeds:
+        layers.insert(0, base.transform_filter("datum.line !== 'mean'").mark_line(strokeWidth=1, opacity=0.3)
+                      .encode(detail="line:N", tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("seed:Q"),
+                                                        alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=".4f")]))
+    sub = subtitle or ("mean across seeds; faint: each seed" if seeds else "mean across seeds")
+    logs = [axis for axis, on in (("x", log_x), ("y", log_y)) if on]
+    sub += f"; log {' and '.join(logs)}" if logs else ""
+    return alt.layer(*layers, data=frame).properties(
+        width=CURVE_WIDTH, height=HEIGHT, title=chart_title("Validation curves", sub, CURVE_WIDTH))
+
+
+def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
+    """The ablation chart's rows from the store's ``lm_final_stats``: SPEN variants only.
+
+    Columns: predictor, attn_input (labels of ``PREDICTOR_LABELS`` and ``ATTN_INPUTS``), variant,
+    n, mean, std (final validation loss, nats/token).  The linear predictor reads the current state.
+    """
+    spen = stats.loc[stats["model"] == "spen"]
+    return pd.DataFrame({
+        "predictor": spen["predictor"].map(lambda p: PREDICTOR_LABELS.get(p, p)).to_numpy(),
+        "attn_input": spen["attn_input"].map(lambda a: ATTN_INPUTS.get(a, a)).to_numpy(),
+        "variant": [lm_variant_label("spen", p, a) for p, a in zip(spen["predictor"], spen["attn_input"])],
+        "n": spen["n"].to_numpy(),
+        "mean": spen["loss_mean"].astype(float).to_numpy(),
+        "std": spen["loss_std"].astype(float).to_numpy(),
+    })
+
+
+def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt.LayerChart:
+    """Final validation loss per predictor and attention input, mean ± std across seeds, with the
+    GPT's loss as a dashed reference."""
+    inputs = list(ATTN_INPUTS.values())
+    present = [i for i in inputs if i in set(frame["attn_input"])] or inputs
+    # Coloured by variant, as in the curve chart: a variant has one colour on every chart.
+    scale = _variant_scale(frame["variant"])
+    data = frame.assign(lo=frame["mean"] - frame["std"], hi=frame["mean"] + frame["std"])
+    shown = [*data["mean"], *data["lo"], *data["hi"]] + ([gpt_loss] if gpt_loss is not None else [])
+    base = alt.Chart().encode(
+        x=alt.X("predictor:N", sort=list(PREDICTOR_LABELS.values()), title="SPEN's predictor",
+                axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("attn_input:N", sort=present, scale=alt.Scale(domain=present, paddingInner=0.2)),
+    )
+    points = base.mark_point(filled=True, size=90, opacity=1).encode(
+        y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title="final validation loss (nats/token)",
+                axis=alt.Axis(format=value_format(shown))),
+        color=alt.Color("variant:N", scale=scale, sort=scale.domain, title="SPEN variant",
+                        legend=alt.Legend(orient="right", labelLimit=0)),
+        tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("mean:Q", format=".4f"),
+                 alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")],
+    )
+    errors = base.transform_filter(HAS_STD).mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q", color="variant:N")
+    layers = [alt.layer(errors, points, data=data)]
+    if gpt_loss is not None and math.isfinite(gpt_loss):
+        layers.append(reference_rule("loss", gpt_loss, f"GPT {gpt_loss:.3f}", palette.GPT_COLOR))
+    return alt.layer(*layers).resolve_scale(color="independent", strokeDash="independent").properties(
+        width=WIDTH, height=HEIGHT,
+        title=chart_title("Predictor ablation", "mean ± std across seeds; same traces, only the predictor differs"))

@@ -1,0 +1,145 @@
+"""The trace-dilution study's charts (PAPER.md §1): lag weights, signal-to-interference and measured
+identity, from the frames of :mod:`ema_core.dilution`, one colour per rate."""
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import pandas as pd
+
+from ema_core import palette
+from ema_core.dilution import ALL_RATES, rate_label
+from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HEIGHT, WIDTH, chart_title, color_scale,
+                              reference_rule)
+
+SIR_CLIP_DB = 60.0  # α = 1 gives an infinite SIR at lag 0; drawn at the edge of the axis
+WEIGHT_FLOOR = 1e-12  # α near 1 drives far lags to 1e-70 and would squash every other curve
+LAG_AXIS = alt.Axis(tickMinStep=1, format=COUNT_FORMAT)
+
+
+def rate_alpha(label: str) -> float | None:
+    """The α of a rate label (``"α=0.5"`` → 0.5), None for any other feature name."""
+    if isinstance(label, str) and label.startswith("α="):
+        try:
+            alpha = float(label[2:])
+        except ValueError:
+            return None
+        return alpha if rate_label(alpha) == label else None
+    return None
+
+
+def rate_order(labels) -> list[str]:
+    """Rate labels fast to slow (α descending), then any other feature, then ``ALL_RATES``: the same
+    legend order on the page and in an export, whatever order the rows came in."""
+    labels = list(dict.fromkeys(labels))
+    rates = sorted((lab for lab in labels if rate_alpha(lab) is not None), key=rate_alpha, reverse=True)
+    others = [lab for lab in labels if rate_alpha(lab) is None and lab != ALL_RATES]
+    return rates + others + ([ALL_RATES] if ALL_RATES in labels else [])
+
+
+def feature_color(label: str) -> str:
+    """The colour of a rate label, of ``ALL_RATES``, or the palette's colour for anything else."""
+    if label == ALL_RATES:
+        return palette.ALL_RATES_COLOR
+    alpha = rate_alpha(label)
+    return palette.OTHER_COLOR if alpha is None else palette.rate_color(alpha)
+
+
+def _rate_color(field: str, labels, title: str) -> alt.Color:
+    """Colour by rate, each rate its own colour, in :func:`rate_order`."""
+    order = rate_order(labels)
+    return alt.Color(f"{field}:N", scale=color_scale(order, feature_color), sort=order, title=title)
+
+
+def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
+    """Weight α(1−α)^k of the token at lag k, one line per rate, log y axis."""
+    color = _rate_color("rate", analytic_df["rate"], "rate")
+    # Log axis: zero weights (α = 1 past lag 0) have no place on it, nor do vanishing ones.
+    df = analytic_df.loc[analytic_df["weight"] >= WEIGHT_FLOOR, ["rate", "alpha", "lag", "weight"]]
+    # Ticks and grid at whole decades only (at most ~7): Vega's default log grid draws every
+    # multiple of every decade, a dense mesh over a 10-decade axis.
+    lo = math.floor(math.log10(df["weight"].min())) if len(df) else -1
+    step = max(1, math.ceil(-lo / 6))
+    decades = [10.0**e for e in range(0, lo - 1, -step)]
+    return (
+        alt.Chart(df, width=WIDTH, height=HEIGHT, title=chart_title(
+            "Weight of the token at lag k",
+            f"α(1−α)^k, whatever the token (below {WEIGHT_FLOOR:g} not drawn)"))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
+            y=alt.Y(
+                "weight:Q",
+                scale=alt.Scale(type="log"),
+                # One notation on every tick ("~g" wrote 0.000001 beside 1e-8).
+                axis=alt.Axis(values=decades, format=".0e"),
+                title="weight (log scale)",
+            ),
+            color=color,
+            tooltip=[
+                alt.Tooltip("rate:N"),
+                alt.Tooltip("lag:Q"),
+                alt.Tooltip("weight:Q", format=".3e"),
+            ],
+        )
+    )
+
+
+def _db_text(x: float) -> str:
+    if math.isinf(x):
+        return "+∞ dB" if x > 0 else "−∞ dB"
+    return f"{x:.1f} dB"
+
+
+def sir_chart(analytic_df: pd.DataFrame) -> alt.Chart:
+    """Signal-to-interference ratio of the token at lag k, in dB, clipped to ±``SIR_CLIP_DB``."""
+    color = _rate_color("rate", analytic_df["rate"], "rate")
+    df = analytic_df[["rate", "alpha", "lag", "sir_db"]].copy()
+    # ±inf cannot go into the chart's JSON; the tooltip keeps the true value as text.
+    df["sir_db_shown"] = df["sir_db"].clip(-SIR_CLIP_DB, SIR_CLIP_DB)
+    df["sir_text"] = [_db_text(v) for v in df["sir_db"]]
+    df = df.drop(columns="sir_db")
+    return (
+        alt.Chart(df, width=WIDTH, height=HEIGHT, title=chart_title(
+            "Signal-to-interference ratio", "w_k² against the rest of the trace's energy α/(2−α)"))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
+            y=alt.Y(
+                "sir_db_shown:Q",
+                scale=alt.Scale(domain=[-SIR_CLIP_DB, SIR_CLIP_DB], clamp=True),
+                axis=alt.Axis(format="d"),
+                title=f"SIR (dB, clipped to ±{SIR_CLIP_DB:g})",
+            ),
+            color=color,
+            tooltip=[
+                alt.Tooltip("rate:N"),
+                alt.Tooltip("lag:Q"),
+                alt.Tooltip("sir_text:N", title="SIR"),
+            ],
+        )
+    )
+
+
+def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
+    """Measured accuracy of naming the token at lag k, one line per feature set, and chance."""
+    lines = (
+        alt.Chart(acc_df[["feature", "lag", "accuracy"]])
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
+            y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (held out)"),
+            color=_rate_color("feature", acc_df["feature"], "decoder reads"),
+            tooltip=[
+                alt.Tooltip("feature:N", title="decoder reads"),
+                alt.Tooltip("lag:Q"),
+                alt.Tooltip("accuracy:Q", format=".3f"),
+            ],
+        )
+    )
+    rule = reference_rule("chance", chance, f"chance 1/V = {chance:.4g}", palette.REFERENCE_COLOR)
+    return alt.layer(lines, rule).properties(
+        width=WIDTH,
+        height=HEIGHT,
+        title=chart_title("Measured identity at lag k", "linear decoder, scored on held-out steps"),
+    )

@@ -1,0 +1,208 @@
+"""The content study's queries (PAPER.md §3): language-model runs, their evaluation, training curves and
+the predictor ablation, SPEN beside the same-size GPT."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from . import export
+from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
+
+# A variant is (model, predictor, attn_input) read from the config: a GPT keeps the predictor and
+# attention input of the SPEN it was sized to.  Runs are *comparable* when their configs agree once
+# the variant, the seed and the settings that cannot change a number are set aside.
+
+LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "log_every", "checkpoint_every")
+# A JSON merge patch (RFC 7396) that deletes those fields: what is left is the comparable config.
+_LM_COMPARABLE = "json_merge_patch(r.config, $drop)::VARCHAR"
+_LM_DROP = json.dumps({k: None for k in LM_VARIANT_FIELDS})
+_LM_ORDER = ("list_position(['gpt', 'spen'], {p}model), list_position(['linear', 'linear_attention', "
+             "'softmax_attention'], {p}predictor), list_position(['state', 'sequence', 'tokens'], {p}attn_input)")
+_LM_RUNS = f"""SELECT r.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
+                      r.config->>'attn_input' AS attn_input, {_LM_COMPARABLE} AS comparable,
+                      (r.summary->>'params')::BIGINT AS params
+               FROM runs r WHERE r.kind = 'lm' AND {RUN_FILTER.format(col='r.run_id')}"""
+
+# What an lm_eval row measured, read from its run (see lm_eval_labelled): shown beside every row
+# exported, and equal across the seeds of a config.
+LM_LABELS = ("model", "predictor", "attn_input", "size", "corpus", "params")
+
+
+def lm_eval(run_ids: RunIds = None, split: str | None = None, *, home: Path | None = None) -> pd.DataFrame:
+    """Language-model evaluation: run_id, seed, split, loss, ppl, bpb."""
+    return query_frame(
+        f"""SELECT t.run_id, r.seed, t.split, t.loss, t.ppl, t.bpb
+            FROM lm_eval t JOIN runs r USING (run_id)
+            WHERE {RUN_FILTER.format(col='t.run_id')} AND ($split::VARCHAR IS NULL OR t.split = $split)
+            ORDER BY t.run_id, t.split""",
+        {"ids": id_list(run_ids), "split": split}, home,
+    )
+
+
+def lm_eval_labelled(run_ids: RunIds = None, split: str | None = None, *,
+                     home: Path | None = None) -> pd.DataFrame:
+    """:func:`lm_eval` with what each row measured, read from the run's config and summary: run_id,
+    seed, model, predictor, attn_input, size, corpus (the summary's name, else the config's), params,
+    split, loss, ppl, bpb.  A GPT's predictor and attention input are those of the SPEN it was sized to."""
+    return query_frame(
+        f"""SELECT t.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
+                   r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
+                   coalesce(r.summary->>'corpus', r.config->>'corpus') AS corpus,
+                   (r.summary->>'params')::BIGINT AS params, t.split, t.loss, t.ppl, t.bpb
+            FROM lm_eval t JOIN runs r USING (run_id)
+            WHERE {RUN_FILTER.format(col='t.run_id')} AND ($split::VARCHAR IS NULL OR t.split = $split)
+            ORDER BY {_LM_ORDER.format(p='')}, size, corpus, r.seed, t.run_id, t.split""",
+        {"ids": id_list(run_ids), "split": split}, home,
+    )
+
+
+def lm_runs(run_ids: RunIds = None, status: str | Iterable[str] | None = None, *,
+            home: Path | None = None) -> pd.DataFrame:
+    """Language-model runs with config and summary fields flattened, newest first.
+
+    Columns: run_id, seed, status, started, model, predictor, attn_input, size, corpus (the
+    summary's name, else the config's), val_doc, steps, batch, seq_len, vocab_size (the
+    tokenizer's, else the config's), params, tokens (training tokens), tokens_per_step, val_loss,
+    val_ppl, val_bpb, tokens_per_s, seconds, matched_to, group_id (a short hash of the comparable
+    config: runs with the same group_id differ only in variant and seed), comparable (that config as
+    JSON text), config.
+    """
+    statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
+    return query_frame(
+        f"""SELECT r.run_id, r.seed, r.status, coalesce(r.started_at, r.created_at) AS started,
+                   r.config->>'model' AS model, r.config->>'predictor' AS predictor,
+                   r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
+                   coalesce(r.summary->>'corpus', r.config->>'corpus') AS corpus, r.config->>'val_doc' AS val_doc,
+                   (r.config->>'steps')::BIGINT AS steps, (r.config->>'batch')::BIGINT AS batch,
+                   (r.config->>'seq_len')::BIGINT AS seq_len,
+                   coalesce((r.summary->>'vocab_size')::BIGINT, (r.config->>'vocab_size')::BIGINT) AS vocab_size,
+                   (r.summary->>'params')::BIGINT AS params, (r.summary->>'tokens')::BIGINT AS tokens,
+                   coalesce((r.summary->>'tokens')::DOUBLE / (r.config->>'steps')::DOUBLE,
+                            (r.config->>'batch')::DOUBLE * (r.config->>'seq_len')::DOUBLE) AS tokens_per_step,
+                   (r.summary->>'val_loss')::DOUBLE AS val_loss, (r.summary->>'val_ppl')::DOUBLE AS val_ppl,
+                   (r.summary->>'val_bpb')::DOUBLE AS val_bpb, (r.summary->>'tokens_per_s')::DOUBLE AS tokens_per_s,
+                   (r.summary->>'seconds')::DOUBLE AS seconds, r.summary->>'matched_to' AS matched_to,
+                   left(md5({_LM_COMPARABLE}), 8) AS group_id, {_LM_COMPARABLE} AS comparable,
+                   r.config::VARCHAR AS config
+            FROM runs r
+            WHERE r.kind = 'lm' AND {RUN_FILTER.format(col='r.run_id')}
+              AND ($statuses::VARCHAR[] IS NULL OR r.status IN (SELECT unnest($statuses::VARCHAR[])))
+            ORDER BY started DESC NULLS LAST, {_LM_ORDER.format(p='')}, r.seed, r.run_id""",
+        {"ids": id_list(run_ids), "statuses": statuses, "drop": _LM_DROP}, home,
+    )
+
+
+def lm_curves(run_ids: RunIds, key: str = "val/loss", *, home: Path | None = None) -> pd.DataFrame:
+    """One metric of language-model runs over training: run_id, seed, model, predictor, attn_input,
+    step (optimiser steps), tokens (training tokens seen by then), value.
+
+    Tokens per step come from the summary (tokens ÷ steps: every process of a DDP run counts), or,
+    for a run with no summary yet, from batch × seq_len.  A step logged twice (a resumed run) keeps
+    its newest value, as in :func:`metric_series`.
+    """
+    return query_frame(
+        f"""SELECT m.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
+                   r.config->>'attn_input' AS attn_input, m.step,
+                   m.step * coalesce((r.summary->>'tokens')::DOUBLE / (r.config->>'steps')::DOUBLE,
+                                     (r.config->>'batch')::DOUBLE * (r.config->>'seq_len')::DOUBLE) AS tokens,
+                   m.value
+            FROM metrics m JOIN runs r USING (run_id)
+            WHERE m.key = $key AND r.kind = 'lm' AND {RUN_FILTER.format(col='m.run_id')}
+            QUALIFY row_number() OVER (PARTITION BY m.run_id, m.step ORDER BY m.seq DESC) = 1
+            ORDER BY {_LM_ORDER.format(p='')}, r.seed, m.run_id, m.step""",
+        {"key": key, "ids": id_list(run_ids)}, home,
+    )
+
+
+# Each SPEN run beside the GPT of the same seed and comparable config: the GPT sized to this very
+# SPEN when there is one, else the GPT sized to the linear SPEN (the launch form's GPT).
+_LM_EVAL_ROWS = f"""
+    base AS ({_LM_RUNS}),
+    ev AS (SELECT b.*, e.loss, e.ppl, e.bpb FROM base b JOIN lm_eval e USING (run_id)
+           WHERE e.split = $split AND isfinite(e.loss)),
+    pair AS (SELECT s.run_id, g.run_id AS gpt_run_id, g.loss AS gpt_loss, g.ppl AS gpt_ppl, g.bpb AS gpt_bpb
+             FROM ev s JOIN ev g ON g.model = 'gpt' AND g.seed = s.seed AND g.comparable = s.comparable
+             WHERE s.model = 'spen'
+             QUALIFY row_number() OVER (
+                 PARTITION BY s.run_id
+                 ORDER BY (g.predictor = s.predictor AND g.attn_input = s.attn_input) DESC,
+                          (g.predictor = 'linear' AND g.attn_input = 'state') DESC, g.run_id) = 1),
+    per_run AS (SELECT ev.*, pair.gpt_run_id, ev.ppl / pair.gpt_ppl AS ppl_ratio, ev.bpb / pair.gpt_bpb AS bpb_ratio
+                FROM ev LEFT JOIN pair USING (run_id))"""
+
+
+def lm_final_stats(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:
+    """The final evaluation per variant across seeds.
+
+    Columns: model, predictor, attn_input, n (runs), seeds, params (mean over the runs), then
+    loss, ppl, bpb and, for SPEN variants, ppl_ratio and bpb_ratio (SPEN ÷ its GPT of the same
+    seed and comparable config, formed per seed), each as ``<v>_mean`` and ``<v>_std`` (sample
+    std, null with one run); pairs counts the seeds that had a GPT to divide by.  GPT first, then
+    SPEN linear, linear attention, softmax attention; state, sequence, tokens.
+    """
+    sql = f"""
+        WITH {_LM_EVAL_ROWS}
+        SELECT model, predictor, attn_input, count(*) AS n,
+               array_to_string(list_sort(list(seed)), ',') AS seeds,
+               CAST(round(avg(params)) AS BIGINT) AS params,
+               avg(loss) AS loss_mean, stddev_samp(loss) AS loss_std,
+               avg(ppl) AS ppl_mean, stddev_samp(ppl) AS ppl_std,
+               avg(bpb) AS bpb_mean, stddev_samp(bpb) AS bpb_std,
+               count(ppl_ratio) AS pairs,
+               avg(ppl_ratio) AS ppl_ratio_mean, stddev_samp(ppl_ratio) AS ppl_ratio_std,
+               avg(bpb_ratio) AS bpb_ratio_mean, stddev_samp(bpb_ratio) AS bpb_ratio_std
+        FROM per_run
+        GROUP BY model, predictor, attn_input
+        ORDER BY {_LM_ORDER.format(p='')}"""
+    return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
+
+
+def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:
+    """The predictor ablation's summary numbers, per seed then across seeds (final loss, nats/token).
+
+    Columns: measure, n, seeds, value_mean, value_std.  Within one seed and comparable config:
+    spread_state      max − min loss over SPEN predictors that read the current trace state
+                      (the linear predictor included; needs two of them)
+    spread_sequence   max − min loss over attention predictors that read past trace states
+    sequence_gain     best state reader − best sequence reader (positive: the sequence is better)
+    tokens_gain       best state reader − best raw-token control (positive: the control is better)
+    noise_state       not per seed: the pooled standard deviation across seeds of the state
+                      readers' losses, sqrt(mean of their variances), n = the variants pooled
+    A measure that the runs cannot form has no row.
+    """
+    sql = f"""
+        WITH {_LM_EVAL_ROWS},
+        s AS (SELECT seed, comparable,
+                     max(loss) FILTER (WHERE attn_input = 'state') - min(loss) FILTER (WHERE attn_input = 'state')
+                         AS spread_state,
+                     count(DISTINCT predictor) FILTER (WHERE attn_input = 'state') AS n_state,
+                     max(loss) FILTER (WHERE attn_input = 'sequence') - min(loss) FILTER (WHERE attn_input = 'sequence')
+                         AS spread_sequence,
+                     count(DISTINCT predictor) FILTER (WHERE attn_input = 'sequence') AS n_sequence,
+                     min(loss) FILTER (WHERE attn_input = 'state') AS best_state,
+                     min(loss) FILTER (WHERE attn_input = 'sequence') AS best_sequence,
+                     min(loss) FILTER (WHERE attn_input = 'tokens') AS best_tokens
+              FROM per_run WHERE model = 'spen' GROUP BY seed, comparable),
+        per_seed AS (
+            SELECT seed, 'spread_state' AS measure, spread_state AS value FROM s WHERE n_state >= 2
+            UNION ALL SELECT seed, 'spread_sequence', spread_sequence FROM s WHERE n_sequence >= 2
+            UNION ALL SELECT seed, 'sequence_gain', best_state - best_sequence FROM s
+            UNION ALL SELECT seed, 'tokens_gain', best_state - best_tokens FROM s
+        ),
+        v AS (SELECT predictor, count(*) AS k, var_samp(loss) AS var, list(seed) AS seeds
+              FROM per_run WHERE model = 'spen' AND attn_input = 'state' GROUP BY predictor HAVING count(*) >= 2)
+        SELECT * FROM ({across_runs("SELECT * FROM per_seed", "measure")})
+        UNION ALL
+        SELECT 'noise_state', count(*), array_to_string(list_sort(list_distinct(flatten(list(seeds)))), ','),
+               sqrt(avg(var)), NULL
+        FROM v HAVING count(*) > 0
+        ORDER BY measure"""
+    return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
+
+
+register_run_table("lm_eval", RunTable(lm_eval_labelled, ("split",), ("loss", "ppl", "bpb"), LM_LABELS))
+export.register_table("lm_eval", "language-model loss, perplexity and bits per byte per split, per model, "
+                                 "predictor, attention input, size and corpus")
