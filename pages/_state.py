@@ -128,3 +128,20 @@ def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], obje
         del st.session_state[key]  # a run left the store: fall back to the default
     return st.multiselect(label, options, default=[r for r in options if group_of(r) == newest],
                           format_func=format_func, key=key)
+
+
+def finished_runs(runs, what: str, per: str, launch_section: Callable[[], None]):
+    """The done rows of a study page's ``runs``; says how many are still under way, and when none is
+    done, invites a launch (``launch_section``) and stops the page.  ``what`` names the runs
+    ("structure"), ``per`` what one run is ("one run per seed")."""
+    done = runs[runs["status"] == "done"].reset_index(drop=True)
+    active = runs[runs["status"].isin(["queued", "running"])]
+    if len(active):
+        st.caption(f"{len(active)} {what} run(s) queued or running; they appear here once done.")
+        st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
+    if done.empty:
+        st.info(f"No finished {what} runs in the store yet. Launch some below: {per}; the charts show "
+                "mean ± std across seeds.", icon=":material/science:")
+        launch_section()
+        st.stop()
+    return done

@@ -13,7 +13,7 @@ from ema_core.figures.content import (ATTN_INPUTS, PREDICTOR_LABELS, SMOOTHING, 
                                       lm_ablation_frame, lm_curve_chart, lm_curve_frame, lm_variant_label)
 from ema_core.palette import LM_VARIANTS
 from pages._router import ensure_router
-from pages._state import launch, pick_runs, read_store
+from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, mean_std_cells
 from store.content import lm_ablation, lm_curves, lm_final_stats, lm_runs
@@ -101,16 +101,7 @@ the current trace **state** (what the paper's argument covers), the **sequence**
 
 runs = read_store(lm_runs)
 
-done = runs[runs["status"] == "done"].reset_index(drop=True)
-active = runs[runs["status"].isin(["queued", "running"])]
-if len(active):
-    st.caption(f"{len(active)} language-model run(s) queued or running; they appear here once done.")
-    st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
-if done.empty:
-    st.info("No finished language-model runs in the store yet. Launch some below: one run per variant and seed; "
-            "the charts show mean ± std across seeds.", icon=":material/science:")
-    launch_section()
-    st.stop()
+done = finished_runs(runs, "language-model", "one run per variant and seed", launch_section)
 
 done["variant"] = [lm_variant_label(*k) for k in zip(done["model"], done["predictor"], done["attn_input"])]
 info = done.set_index("run_id")

@@ -11,7 +11,7 @@ from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_
                                         role_accuracy_chart, role_accuracy_frame)
 from ema_core.grammar import ROLES
 from pages._router import ensure_router
-from pages._state import launch, pick_runs, read_store
+from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, config_id, config_without_seed, list_runs, mean_std_cells
 from store.structure import probe_accuracy_stats, probe_control, structure_headlines
@@ -102,16 +102,7 @@ shortcuts falls.
 
 runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
-done = runs[runs["status"] == "done"]
-active = runs[runs["status"].isin(["queued", "running"])]
-if len(active):
-    st.caption(f"{len(active)} structure run(s) queued or running; they appear here once done.")
-    st.page_link("pages/jobs.py", label="Follow them on the Jobs page", icon=":material/arrow_forward:")
-if done.empty:
-    st.info("No finished structure runs in the store yet. Launch some below: one run per seed; the charts "
-            "show mean ± std across seeds.", icon=":material/science:")
-    launch_section()
-    st.stop()
+done = finished_runs(runs, "structure", "one run per seed", launch_section)
 
 configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
 cid = {run_id: config_id(KIND, cfg) for run_id, cfg in configs.items()}

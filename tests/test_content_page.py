@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from apptest import ok, open_page
 
 from ema_core.experiments import build_config
 from ema_core.figures.content import smooth_ema
@@ -19,24 +20,14 @@ from ema_core.tables import column_decimals
 from store.content import lm_ablation, lm_curves, lm_eval, lm_runs
 from store.export import mean_std
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/content.py"
-# Liveness only: a script run that has not ended by then is stuck, however busy the machine.
-TIMEOUT = 600
 SEEDS = (0, 1)
 SPECS = ("gpt", "linear", "softmax_state", "softmax_tokens")
 VARIANTS = ["GPT", "SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"]
 
 
-def _ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def _page() -> AppTest:
-    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())  # the router first, as in a browser
-    at.switch_page(PAGE)
-    return _ok(at.run())
+    return open_page(PAGE)
 
 
 def _charts(at: AppTest) -> list[tuple[dict, list[pd.DataFrame]]]:
@@ -121,7 +112,7 @@ def test_launch_submits_one_run_per_variant_and_seed(empty_home, registered):
     at.number_input(key="content_n_seeds").set_value(2)
     at.number_input(key="content_first_seed").set_value(5)
     next(b for b in at.button if b.label == "Launch").click()
-    _ok(at.run())
+    ok(at.run())
     expected = [("lm", build_config("lm", preset="tiny", seed=s, overrides=variant).model_dump(), "tiny")
                 for variant in (dict(model="gpt", predictor="linear", attn_input="state"),
                                 dict(model="spen", predictor="linear_attention", attn_input="sequence"))
@@ -135,7 +126,7 @@ def test_launch_with_no_variant_warns(empty_home, registered):
     at = _page()
     at.multiselect(key="content_variants").set_value([])
     next(b for b in at.button if b.label == "Launch").click()
-    _ok(at.run())
+    ok(at.run())
     assert registered == [] and any("at least one variant" in w.value for w in at.warning)
 
 
@@ -164,7 +155,7 @@ def test_smoothing_changes_the_plotted_values(runs):
     assert at.radio(key="content_smoothing").options == ["none", "EMA 0.6", "EMA 0.9"]
     before = _curves(at)[1]
     at.radio(key="content_smoothing").set_value("EMA 0.9")
-    _ok(at.run())
+    ok(at.run())
     spec, after = _curves(at)
     assert "EMA 0.9" in json.dumps(spec["title"])
     pick = (after["line"] == runs[2])
@@ -183,14 +174,14 @@ def test_log_axes_and_tokens_switch_the_scales(runs):
     spec = _curves(at)[0]
     assert _scale_types(spec, "x") == {"linear"} and _scale_types(spec, "y") == {"linear"}
     at.toggle(key="content_log_y").set_value(True)
-    _ok(at.run())
+    ok(at.run())
     spec = _curves(at)[0]
     assert _scale_types(spec, "y") == {"log"} and _scale_types(spec, "x") == {"linear"}
     assert json.dumps(spec["title"]).endswith('log y"}')
     at.toggle(key="content_log_x").set_value(True)
     at.radio(key="content_x").set_value("tokens")
     at.selectbox(key="content_metric").set_value("val/bpb")
-    _ok(at.run())
+    ok(at.run())
     spec, data = _curves(at)
     assert _scale_types(spec, "x") == {"log"}
     assert {layer["encoding"]["x"]["field"] for layer in spec["layer"]} == {"tokens"}
@@ -199,7 +190,7 @@ def test_log_axes_and_tokens_switch_the_scales(runs):
     assert tokens_per_step == 2 * 32
     assert (data["tokens"] == data["step"] * tokens_per_step).all()
     at.toggle(key="content_seeds").set_value(False)
-    _ok(at.run())
+    ok(at.run())
     spec, data = _curves(at)
     assert len(spec["layer"]) == 1
 
@@ -259,7 +250,7 @@ def test_the_ablation_chart_and_tables(runs):
     assert spread.iloc[0]["nats/token"] == mean_std(np.mean(per_seed), np.std(per_seed, ddof=1),
                                                     column_decimals(lm_ablation(runs)["value_mean"]))
     at.toggle(key="content_gpt_line").set_value(False)
-    _ok(at.run())
+    ok(at.run())
     assert len(_charts(at)[1][1]) == 1  # no GPT reference: the points' data only
 
 
@@ -273,11 +264,11 @@ def test_every_chart_and_table_has_its_downloads(runs):
 def test_one_seed_and_no_pick(runs):
     at = _page()
     at.multiselect(key="content_runs").set_value(runs[::2])  # seed 0 of each variant
-    _ok(at.run())
+    ok(at.run())
     table = _table(at, "perplexity ÷ GPT")
     assert (table["seeds"] == 1).all() and not table["perplexity"].str.contains("±").any()
     at.multiselect(key="content_runs").set_value([])
-    _ok(at.run())
+    ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)
 
 
@@ -293,14 +284,14 @@ def test_two_settings_default_to_the_newest_and_warn_when_mixed(tmp_path, monkey
     ratio = _table(at, "paper").set_index("measure").loc["Perplexity, SPEN ÷ GPT", "ours"]
     assert "±" not in ratio and ratio != ""
     at.multiselect(key="content_runs").set_value(older + newer)
-    _ok(at.run())
+    ok(at.run())
     assert any("2 different settings" in w.value for w in at.warning)
     # A SPEN is divided by the GPT of its own settings only: both pairs of seed 0 still have one.
     assert _table(at, "perplexity ÷ GPT").set_index("variant").loc["SPEN linear", "seeds"] == 3
 
 
 def test_overview_links_to_the_content_page(empty_home):
-    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
+    at = open_page()
     links = {e.proto.label: e.proto.page for e in at.get("page_link")}
     assert links["Tested on: Content"] == "content"
 

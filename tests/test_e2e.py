@@ -424,6 +424,14 @@ def test_deep_links_open_their_pages_on_a_fresh_server(tmp_path, chromium_browse
                 page.close()
 
 
+def _tested_on(page, app_url: str, title: str, slug: str) -> None:
+    """The Overview links the claim to its page, ``/slug``."""
+    page.goto(app_url + "/")
+    tested = page.get_by_role("link", name=f"Tested on: {title}")
+    tested.wait_for(timeout=WAIT_MS)
+    assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == slug
+
+
 def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
     from playwright.sync_api import expect
 
@@ -434,10 +442,7 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 3000}, accept_downloads=True)
     try:
-        page.goto(app_url + "/")
-        tested = page.get_by_role("link", name="Tested on: Structure")
-        tested.wait_for(timeout=WAIT_MS)
-        assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "structure"
+        _tested_on(page, app_url, "Structure", "structure")
 
         page.goto(app_url + "/structure")
         page.get_by_role("heading", name="Structure", exact=True).wait_for(timeout=WAIT_MS)
@@ -485,10 +490,7 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 3400})
     try:
-        page.goto(app_url + "/")
-        tested = page.get_by_role("link", name="Tested on: Content")
-        tested.wait_for(timeout=WAIT_MS)
-        assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "content"
+        _tested_on(page, app_url, "Content", "content")
 
         page.goto(app_url + "/content")
         page.get_by_role("heading", name="Content", exact=True).wait_for(timeout=WAIT_MS)

@@ -2,34 +2,25 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from apptest import ok, open_page
+
 from ema_core.experiments import build_config
 from store.structure import probe_accuracy
 from store.export import mean_std
 from structure_fixture import make_structure_runs, split_roles
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGE = "pages/structure.py"
-# Liveness only: a script run that has not ended by then is stuck, however busy the machine.
-TIMEOUT = 600
 SEEDS = (0, 1, 2)
 
 
-def _ok(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def _page() -> AppTest:
-    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())  # the router first, as in a browser
-    at.switch_page(PAGE)
-    return _ok(at.run())
+    return open_page(PAGE)
 
 
 def _charts(at: AppTest) -> list[tuple[dict, pd.DataFrame]]:
@@ -77,7 +68,7 @@ def test_launch_submits_one_run_per_seed(empty_home, registered):
     at.number_input(key="structure_n_seeds").set_value(2)
     at.number_input(key="structure_first_seed").set_value(5)
     next(b for b in at.button if b.label == "Launch").click()
-    _ok(at.run())
+    ok(at.run())
     assert registered == [("structure", build_config("structure", preset="quick", seed=s).model_dump(), "quick")
                           for s in (5, 6)]
     assert any("structure-x-s5, structure-x-s6" in s.value for s in at.success)
@@ -108,14 +99,14 @@ def test_the_split_switch_changes_the_chart(runs):
     assert radio.options == ["within grammar (test)", "novel vocabulary", "deep embedding"]
     assert radio.value == "test"
     radio.set_value("deep")
-    _ok(at.run())
+    ok(at.run())
     spec, roles = _charts(at)[0]
     assert "deep embedding" in json.dumps(spec["title"])
     # The deep split holds the embedded structures only: its gaps are absent, not zero.
     assert set(roles["role"]) == {"overall", *split_roles()["deep"]}
     assert "prep" not in set(roles["role"]) and len(roles) == 3 * (len(split_roles()["deep"]) + 1)
     at.radio(key="structure_split").set_value("novel")
-    _ok(at.run())
+    ok(at.run())
     roles = _charts(at)[0][1]
     agent_det = roles[roles["role"] == "agent_det"].set_index("model")["mean"]
     assert agent_det["SPCN traces"] == pytest.approx(1.0) and agent_det["BiGRU"] < 0.8
@@ -173,13 +164,13 @@ def test_every_chart_and_table_has_its_downloads(runs):
 def test_one_seed_draws_no_error_bars(runs):
     at = _page()
     at.multiselect(key="structure_runs").set_value(runs[:1])
-    _ok(at.run())
+    ok(at.run())
     roles = _charts(at)[0][1]
     assert (roles["n"] == 1).all() and roles["std"].isna().all()
     table = _table(at, "paper")
     assert not table["ours"].str.contains("±").any() and (table["seeds"] == 1).all()
     at.multiselect(key="structure_runs").set_value([])
-    _ok(at.run())
+    ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)
 
 
@@ -199,12 +190,12 @@ def test_runs_of_two_configs_default_to_the_newest_and_warn_when_mixed(tmp_path,
     assert sorted(at.multiselect(key="structure_runs").value) == sorted(newer)
     assert not at.warning
     at.multiselect(key="structure_runs").set_value(older + newer)
-    _ok(at.run())
+    ok(at.run())
     assert any("2 different configs" in w.value for w in at.warning)
 
 
 def test_overview_links_to_the_structure_page(empty_home):
-    at = _ok(AppTest.from_file(APP, default_timeout=TIMEOUT).run())
+    at = open_page()
     links = {e.proto.label: e.proto.page for e in at.get("page_link")}
     assert links["Tested on: Structure"] == "structure"
 
@@ -223,7 +214,7 @@ def test_the_page_draws_runs_of_the_real_experiment(tmp_path, monkeypatch):
     assert table.loc["Within grammar: probe on traces", "seeds"] == 2
     assert table.loc["Novel vocabulary, agent determiners: BiGRU", "seeds"] == 2
     at.radio(key="structure_split").set_value("deep")
-    _ok(at.run())
+    ok(at.run())
     assert "pobj_det" not in set(_charts(at)[0][1]["role"])
 
 
