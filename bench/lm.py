@@ -46,12 +46,11 @@ import torch
 import torch.nn.functional as F
 
 from bench.machine import machine_info as _machine_info
-from ema_core.lm.presets import build_model, get_preset
+from ema_core.lm.presets import MODELS, build_model, get_preset
 from ema_core.lm.train import TrainConfig, autocast, batch_at, build_optimizer
 
 TARGET_T1024 = 1.3  # SPEN ÷ GPT tokens/s at T = 1024
 PARAM_TOL = 0.05  # the GPT's parameter count within ±5 % of the SPEN's
-MODELS = ("spen", "gpt")
 MiB = 2**20
 # For the memory processes: glibc hands every block of 64 KiB or more straight back to the kernel
 # when freed, and trims its heap.  With its defaults, what the warm-up step freed stays resident,

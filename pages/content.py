@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.content import (ATTN_INPUTS, PREDICTOR_LABELS, SMOOTHING, lm_ablation_chart,
+from ema_core.figures.content import (ATTN_INPUT_LABELS, PREDICTOR_LABELS, SMOOTHING, lm_ablation_chart,
                                       lm_ablation_frame, lm_curve_chart, lm_curve_frame, lm_variant_label)
 from ema_core.palette import LM_VARIANTS
 from pages._router import ensure_router
@@ -274,7 +274,7 @@ def ablation_section(stats: pd.DataFrame, found: pd.DataFrame) -> None:
     with table_col:
         # One row per predictor, one mean ± std column per input its attention reads.
         grid = abl[["predictor"]].drop_duplicates().reset_index(drop=True)
-        for label in [label for label in ATTN_INPUTS.values() if label in set(abl["attn_input"])]:
+        for label in [label for label in ATTN_INPUT_LABELS.values() if label in set(abl["attn_input"])]:
             part = abl.loc[abl["attn_input"] == label, ["predictor", "mean", "std"]]
             grid = grid.merge(part.rename(columns={"mean": f"{label}_mean", "std": f"{label}_std"}),
                               on="predictor", how="left")

@@ -358,3 +358,12 @@ def test_charts_sit_beside_the_science_not_inside_it():
         p.relative_to(root) for p in science
         if any(n == "ema_core.figures" or n.startswith("ema_core.figures.") for n in _ema_core_imports(p))]
     assert _ema_core_imports(figures / "__init__.py") <= {"ema_core.palette"}
+
+
+def test_the_content_labels_cover_exactly_the_registries_choices():
+    # Labels are declared beside the charts, the choices once in the registries that build the models:
+    # a predictor or input added there without a label here would be shown by its bare name.
+    from ema_core.figures.content import ATTN_INPUT_LABELS, PREDICTOR_LABELS
+    from ema_core.lm.predictors import ATTN_INPUTS, PREDICTORS
+
+    assert set(PREDICTOR_LABELS) == set(PREDICTORS) and set(ATTN_INPUT_LABELS) == set(ATTN_INPUTS)

@@ -20,15 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import field_like
 from ema_core.lm.data import LMDataConfig, prepare, tokenizer_json
+from ema_core.lm import predictors, presets
 from ema_core.lm.presets import build_model
 from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter
 
 KIND = "lm"
-MODELS = ("spen", "gpt")
-PREDICTORS = ("linear", "linear_attention", "softmax_attention")
-ATTN_INPUTS = ("state", "sequence", "tokens")
-SIZES = ("tiny", "small", "paper")
+# The choice lists come from the registries that build the models (one declaration each).
+MODELS = presets.MODELS
+PREDICTORS = tuple(predictors.PREDICTORS)
+ATTN_INPUTS = predictors.ATTN_INPUTS
+SIZES = tuple(presets.PRESETS)
 
 
 class LMConfig(BaseModel):

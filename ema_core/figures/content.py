@@ -17,7 +17,7 @@ from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title,
 PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
                     "softmax_attention": "softmax attention"}
 # What an attention predictor reads.
-ATTN_INPUTS = {"state": "current trace state", "sequence": "past trace states", "tokens": "raw tokens (control)"}
+ATTN_INPUT_LABELS = {"state": "current trace state", "sequence": "past trace states", "tokens": "raw tokens (control)"}
 CURVE_WIDTH = WIDTH + 180  # the curves take a page's whole width
 # Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
 SMOOTHING = {"none": 0.0, "EMA 0.6": 0.6, "EMA 0.9": 0.9}
@@ -134,13 +134,13 @@ def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False,
 def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
     """The ablation chart's rows from the store's ``lm_final_stats``: SPEN variants only.
 
-    Columns: predictor, attn_input (labels of ``PREDICTOR_LABELS`` and ``ATTN_INPUTS``), variant,
+    Columns: predictor, attn_input (labels of ``PREDICTOR_LABELS`` and ``ATTN_INPUT_LABELS``), variant,
     n, mean, std (final validation loss, nats/token).  The linear predictor reads the current state.
     """
     spen = stats.loc[stats["model"] == "spen"]
     return pd.DataFrame({
         "predictor": spen["predictor"].map(lambda p: PREDICTOR_LABELS.get(p, p)).to_numpy(),
-        "attn_input": spen["attn_input"].map(lambda a: ATTN_INPUTS.get(a, a)).to_numpy(),
+        "attn_input": spen["attn_input"].map(lambda a: ATTN_INPUT_LABELS.get(a, a)).to_numpy(),
         "variant": [lm_variant_label("spen", p, a) for p, a in zip(spen["predictor"], spen["attn_input"])],
         "n": spen["n"].to_numpy(),
         "mean": spen["loss_mean"].astype(float).to_numpy(),
@@ -151,7 +151,7 @@ def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
 def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt.LayerChart:
     """Final validation loss per predictor and attention input, mean ± std across seeds, with the
     GPT's loss as a dashed reference."""
-    inputs = list(ATTN_INPUTS.values())
+    inputs = list(ATTN_INPUT_LABELS.values())
     present = [i for i in inputs if i in set(frame["attn_input"])] or inputs
     # Coloured by variant, as in the curve chart: a variant has one colour on every chart.
     scale = _variant_scale(frame["variant"])
