@@ -29,6 +29,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import duckdb
 import numpy as np
@@ -108,108 +109,159 @@ def fill(home: Path, n_runs: int, metric_rows: int) -> dict:
     runs_dir.mkdir(parents=True, exist_ok=True)
     base_rows, extra = divmod(metric_rows, n_runs)
     layouts: dict[int, tuple] = {}
-
-    run_rows, state_rows, metric_frames, result_frames = [], [], [], []
-    n_lines = 0
+    written = []
     for i in range(n_runs):
-        grid = GRID[(i // SEEDS_PER_CONFIG) % len(GRID)]
-        seed = i % SEEDS_PER_CONFIG + SEEDS_PER_CONFIG * (i // (SEEDS_PER_CONFIG * len(GRID)))
-        P = base_rows + (1 if i < extra else 0)
-        if P not in layouts:
-            layouts[P] = _metric_layout(P)
-        steps, sets, keys = layouts[P]
-        loss_events = max(1, sum(k.startswith("loss/") for k in keys) // len(FEATURES))
-        config = {"alphas": [0.5, 0.1, 0.02], "include_all": True, "max_lag": MAX_LAG, "n_train": 4096,
-                  "n_test": 1024, "steps": 10 * loss_events, "batch": 256, "log_every": 10,
-                  "checkpoint_every": 50, "seed": seed, **grid}
-        run_id = run_id_for(KIND, config, seed)
-        created = t0 + i * RUN_SPACING
-        started = created + timedelta(seconds=5)
-        ended = started + timedelta(seconds=300)
-        state = _state(i, n_runs)
-        rd = runs_dir / run_id
-        rd.mkdir()
+        n_rows = base_rows + (1 if i < extra else 0)
+        if n_rows not in layouts:
+            layouts[n_rows] = _metric_layout(n_rows)
+        written.append(_write_run_folder(runs_dir, i, n_runs, t0 + i * RUN_SPACING, layouts[n_rows], rng))
+    tables = _store_frames(written)
+    log(f"  run folders written; loading {len(tables['metrics']):,} metric rows into the store …")
+    _load_store(home, tables)
+    results = tables["dilution_accuracy"]
+    return {"runs": n_runs, "metric_rows": int(len(tables["metrics"])),
+            "event_lines": sum(len(w.metrics) for w in written),
+            "result_rows": 0 if results is None else int(len(results)),
+            "states": {s: sum(_state(i, n_runs) == s for i in range(n_runs))
+                       for s in ("done", "failed", "cancelled", "running")}}
 
-        record = {"run_id": run_id, "kind": KIND, "config": config, "seed": seed, "created": _iso(created),
-                  "code_version": "f564755c0ffe", "host": HOST}
-        (rd / "config.json").write_text(json.dumps(record, indent=2, sort_keys=True))
 
-        # Metric values: a loss that falls with noise, accuracies that fall with the rate's memory.
-        chance = 1.0 / grid["vocab"]
-        values = np.empty(P)
-        is_loss = np.array([k.startswith("loss/") for k in keys])
-        values[is_loss] = (3.0 + rng.random()) * np.exp(-steps[is_loss] / (400.0 + 100 * sets[is_loss])) \
-            + 0.05 * rng.random(int(is_loss.sum()))
-        values[~is_loss] = np.clip(0.9 - 0.1 * sets[~is_loss] + 0.02 * rng.standard_normal(int((~is_loss).sum())),
-                                   chance, 1.0)
-        seq = np.arange(P)
-        times = np.datetime_as_string(np.datetime64(started.replace(tzinfo=None), "ms")
-                                      + (seq * 300).astype("timedelta64[ms]"), unit="ms")
-        # canonical_json's spelling (sorted keys, no spaces, UTF-8), as the worker appends events.
-        text = "".join(f'{{"metrics":{{"{k}":{v!r}}},"seq":{s},"step":{t},"time":"{ts}+00:00"}}\n'
-                       for k, v, s, t, ts in zip(keys, values.tolist(), seq.tolist(), steps.tolist(), times))
-        data = text.encode("utf-8")
-        (rd / "events.jsonl").write_bytes(data)
-        n_lines += P
-        metric_frames.append(pd.DataFrame({"seq": seq, "step": steps, "key": keys, "value": values})
-                             .assign(run_id=run_id))
+class _Written(NamedTuple):
+    """What one run folder puts in each store table."""
+    run: dict
+    ingest_state: tuple
+    metrics: pd.DataFrame
+    result: pd.DataFrame | None
 
-        latest = {k: float(v) for k, v in zip(keys[-4:], values[-4:].tolist())}
-        status = {"attempts": 1, "backend": "local", "heartbeat": _iso(ended if state != "running" else started),
-                  "host": HOST, "latest": latest, "pid": 40000 + i, "preset": None,
-                  "queued_at": _iso(created), "started": _iso(started), "state": state,
-                  "step": int(steps[-1]), "updated": _iso(ended)}
-        result = None
-        if state == "running":
-            status |= {"progress": 0.6, "eta_s": 120.0, "message": f"{FEATURES[2]}: step 150/{config['steps']}"}
-        else:
-            status |= {"ended": _iso(ended), "eta_s": None}
-            if state == "done":
-                status |= {"progress": 1.0, "message": "done"}
-            elif state == "failed":
-                status |= {"progress": 0.4, "message": "RuntimeError: the loss diverged (nan) at step 240"}
-            else:
-                status |= {"progress": 0.3, "message": "cancelled at step 180"}
-        (rd / "status.json").write_text(json.dumps(status, sort_keys=True))
-        (rd / "log.txt").write_text("".join(f"[{FEATURES[s]}] step {t} loss {v:.4f}\n"
-                                            for s, t, v in zip(sets[-40:], steps[-40:], values[-40:])))
 
+def _write_run_folder(runs_dir: Path, i: int, n_runs: int, created: datetime, layout: tuple,
+                      rng: np.random.Generator) -> _Written:
+    """Write run ``i``'s folder (config, events, status, log, result) and return its store rows."""
+    steps, sets, keys = layout
+    grid, seed, config = _run_config(i, keys)
+    run_id = run_id_for(KIND, config, seed)
+    started = created + timedelta(seconds=5)
+    ended = started + timedelta(seconds=300)
+    state = _state(i, n_runs)
+    rd = runs_dir / run_id
+    rd.mkdir()
+    record = {"run_id": run_id, "kind": KIND, "config": config, "seed": seed, "created": _iso(created),
+              "code_version": "f564755c0ffe", "host": HOST}
+    (rd / "config.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+    chance = 1.0 / grid["vocab"]
+    values = _metric_values(rng, chance, steps, sets, keys)
+    n_bytes, metrics = _write_events(rd, run_id, started, steps, keys, values)
+    status = _status(i, state, created, started, ended, config["steps"], steps, keys, values)
+    (rd / "status.json").write_text(json.dumps(status, sort_keys=True))
+    (rd / "log.txt").write_text("".join(f"[{FEATURES[s]}] step {t} loss {v:.4f}\n"
+                                        for s, t, v in zip(sets[-40:], steps[-40:], values[-40:])))
+    result, result_frame = _write_result(rd, run_id, rng, chance) if state == "done" else (None, None)
+    if state != "running":
+        stamp = ended.timestamp()
+        for f in rd.iterdir():
+            os.utime(f, (stamp, stamp))
+    # The run's row exactly as ingest computes it from these files.
+    return _Written({"run_id": run_id, **run_row(record, status, result)},
+                    (run_id, n_bytes, result is not None, 0), metrics, result_frame)
+
+
+def _run_config(i: int, keys: list[str]) -> tuple[dict, int, dict]:
+    """Run ``i``'s grid point, seed and full config (its steps from the number of loss rows)."""
+    grid = GRID[(i // SEEDS_PER_CONFIG) % len(GRID)]
+    seed = i % SEEDS_PER_CONFIG + SEEDS_PER_CONFIG * (i // (SEEDS_PER_CONFIG * len(GRID)))
+    loss_events = max(1, sum(k.startswith("loss/") for k in keys) // len(FEATURES))
+    config = {"alphas": [0.5, 0.1, 0.02], "include_all": True, "max_lag": MAX_LAG, "n_train": 4096,
+              "n_test": 1024, "steps": 10 * loss_events, "batch": 256, "log_every": 10,
+              "checkpoint_every": 50, "seed": seed, **grid}
+    return grid, seed, config
+
+
+def _metric_values(rng: np.random.Generator, chance: float, steps: np.ndarray, sets: np.ndarray,
+                   keys: list[str]) -> np.ndarray:
+    """Metric values: a loss that falls with noise, accuracies that fall with the rate's memory."""
+    values = np.empty(len(keys))
+    is_loss = np.array([k.startswith("loss/") for k in keys])
+    values[is_loss] = (3.0 + rng.random()) * np.exp(-steps[is_loss] / (400.0 + 100 * sets[is_loss])) \
+        + 0.05 * rng.random(int(is_loss.sum()))
+    values[~is_loss] = np.clip(0.9 - 0.1 * sets[~is_loss] + 0.02 * rng.standard_normal(int((~is_loss).sum())),
+                               chance, 1.0)
+    return values
+
+
+def _write_events(rd: Path, run_id: str, started: datetime, steps: np.ndarray, keys: list[str],
+                  values: np.ndarray) -> tuple[int, pd.DataFrame]:
+    """Write events.jsonl, one metric per event; its size in bytes and the metrics rows it gives."""
+    seq = np.arange(len(keys))
+    times = np.datetime_as_string(np.datetime64(started.replace(tzinfo=None), "ms")
+                                  + (seq * 300).astype("timedelta64[ms]"), unit="ms")
+    # canonical_json's spelling (sorted keys, no spaces, UTF-8), as the worker appends events.
+    text = "".join(f'{{"metrics":{{"{k}":{v!r}}},"seq":{s},"step":{t},"time":"{ts}+00:00"}}\n'
+                   for k, v, s, t, ts in zip(keys, values.tolist(), seq.tolist(), steps.tolist(), times))
+    data = text.encode("utf-8")
+    (rd / "events.jsonl").write_bytes(data)
+    return len(data), pd.DataFrame({"seq": seq, "step": steps, "key": keys, "value": values}).assign(run_id=run_id)
+
+
+def _status(i: int, state: str, created: datetime, started: datetime, ended: datetime, total_steps: int,
+            steps: np.ndarray, keys: list[str], values: np.ndarray) -> dict:
+    """status.json as the worker leaves it in ``state``."""
+    latest = {k: float(v) for k, v in zip(keys[-4:], values[-4:].tolist())}
+    status = {"attempts": 1, "backend": "local", "heartbeat": _iso(ended if state != "running" else started),
+              "host": HOST, "latest": latest, "pid": 40000 + i, "preset": None,
+              "queued_at": _iso(created), "started": _iso(started), "state": state,
+              "step": int(steps[-1]), "updated": _iso(ended)}
+    if state == "running":
+        status |= {"progress": 0.6, "eta_s": 120.0, "message": f"{FEATURES[2]}: step 150/{total_steps}"}
+    else:
+        status |= {"ended": _iso(ended), "eta_s": None}
         if state == "done":
-            lags = np.arange(MAX_LAG + 1)
-            rows = []
-            for f, name in enumerate(FEATURES):
-                memory = (2.0, 8.0, 30.0, 40.0)[f]
-                acc = np.clip(chance + (0.95 - chance) * np.exp(-lags / memory)
-                              + 0.01 * rng.standard_normal(len(lags)), 0.0, 1.0)
-                rows += [{"feature": name, "lag": int(k), "accuracy": float(a), "chance": chance}
-                         for k, a in zip(lags, acc)]
-            summary = {"chance": chance, "feature_sets": ", ".join(FEATURES), "seconds": 300.0}
-            for name in FEATURES:
-                mine = [r for r in rows if r["feature"] == name]
-                summary[f"acc_lag0/{name}"] = mine[0]["accuracy"]
-                summary[f"acc_lag{MAX_LAG}/{name}"] = mine[-1]["accuracy"]
-            result = {"summary": summary, "tables": {"dilution_accuracy": rows}}
-            (rd / "result.json").write_text(json.dumps(result, sort_keys=True))
-            result_frames.append(pd.DataFrame(rows).assign(run_id=run_id))
+            status |= {"progress": 1.0, "message": "done"}
+        elif state == "failed":
+            status |= {"progress": 0.4, "message": "RuntimeError: the loss diverged (nan) at step 240"}
+        else:
+            status |= {"progress": 0.3, "message": "cancelled at step 180"}
+    return status
 
-        if state != "running":
-            stamp = ended.timestamp()
-            for f in rd.iterdir():
-                os.utime(f, (stamp, stamp))
-        # The run's row exactly as ingest computes it from these files.
-        run_rows.append({"run_id": run_id, **run_row(record, status, result)})
-        state_rows.append((run_id, len(data), result is not None, 0))
 
-    runs = pd.DataFrame(run_rows, dtype=object)
-    states = pd.DataFrame(state_rows, columns=["run_id", "events_offset", "result_ingested", "bad_lines"])
-    metrics = pd.concat(metric_frames, ignore_index=True)[["run_id", "seq", "step", "key", "value"]]
-    results = (pd.concat(result_frames, ignore_index=True)[["run_id", "feature", "lag", "accuracy", "chance"]]
-               if result_frames else None)
-    log(f"  run folders written; loading {len(metrics):,} metric rows into the store …")
+def _write_result(rd: Path, run_id: str, rng: np.random.Generator, chance: float) -> tuple[dict, pd.DataFrame]:
+    """Write a finished run's result.json; the result and its dilution_accuracy rows."""
+    lags = np.arange(MAX_LAG + 1)
+    rows = []
+    for f, name in enumerate(FEATURES):
+        memory = (2.0, 8.0, 30.0, 40.0)[f]
+        acc = np.clip(chance + (0.95 - chance) * np.exp(-lags / memory)
+                      + 0.01 * rng.standard_normal(len(lags)), 0.0, 1.0)
+        rows += [{"feature": name, "lag": int(k), "accuracy": float(a), "chance": chance}
+                 for k, a in zip(lags, acc)]
+    summary = {"chance": chance, "feature_sets": ", ".join(FEATURES), "seconds": 300.0}
+    for name in FEATURES:
+        mine = [r for r in rows if r["feature"] == name]
+        summary[f"acc_lag0/{name}"] = mine[0]["accuracy"]
+        summary[f"acc_lag{MAX_LAG}/{name}"] = mine[-1]["accuracy"]
+    result = {"summary": summary, "tables": {"dilution_accuracy": rows}}
+    (rd / "result.json").write_text(json.dumps(result, sort_keys=True))
+    return result, pd.DataFrame(rows).assign(run_id=run_id)
+
+
+def _store_frames(written: list[_Written]) -> dict[str, pd.DataFrame | None]:
+    """The store's tables (name: rows, None when there are none) from every run folder's rows."""
+    results = [w.result for w in written if w.result is not None]
+    return {
+        "runs": pd.DataFrame([w.run for w in written], dtype=object),
+        "ingest_state": pd.DataFrame([w.ingest_state for w in written],
+                                     columns=["run_id", "events_offset", "result_ingested", "bad_lines"]),
+        "metrics": pd.concat([w.metrics for w in written],
+                             ignore_index=True)[["run_id", "seq", "step", "key", "value"]],
+        "dilution_accuracy": (pd.concat(results, ignore_index=True)[["run_id", "feature", "lag", "accuracy", "chance"]]
+                              if results else None),
+    }
+
+
+def _load_store(home: Path, tables: dict[str, pd.DataFrame | None]) -> None:
+    """Create the store and insert the tables in one transaction."""
     with open_store(readonly=False, home=home) as conn:  # creates and migrates the file
         conn.execute("BEGIN TRANSACTION")
-        for name, frame in (("runs", runs), ("ingest_state", states), ("metrics", metrics),
-                            ("dilution_accuracy", results)):
+        for name, frame in tables.items():
             if frame is None:
                 continue
             conn.register("_bench_rows", frame)
@@ -217,10 +269,6 @@ def fill(home: Path, n_runs: int, metric_rows: int) -> dict:
             conn.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM _bench_rows")
             conn.unregister("_bench_rows")
         conn.execute("COMMIT")
-    return {"runs": n_runs, "metric_rows": int(len(metrics)), "event_lines": n_lines,
-            "result_rows": 0 if results is None else int(len(results)),
-            "states": {s: sum(_state(i, n_runs) == s for i in range(n_runs))
-                       for s in ("done", "failed", "cancelled", "running")}}
 
 
 # -- measuring the pages ------------------------------------------------------------------------------
@@ -331,6 +379,27 @@ def machine_info() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Fill a data folder, measure every page on it, and print the report."""
+    args, home, tmp = _parse_args(argv)
+    os.environ["EMALAB_HOME"] = str(home)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # the pages import their helpers as pages._ui
+    machine = machine_info()
+    try:
+        run = _run(home, args)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    report = _report(run, args, argv, machine)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        _print_report(report, run.fill_s)
+    return 0
+
+
+def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Path, str | None]:
+    """The options, the data folder to fill, and the temporary folder to remove afterwards (if any)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1000, help="runs in the store (default 1000)")
     ap.add_argument("--metric-rows", type=int, default=1_000_000, help="metric rows in all (default 1,000,000)")
@@ -341,56 +410,66 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 1 or args.metric_rows < args.runs:
         ap.error("need at least one run and at least one metric row per run")
-
-    if args.home is not None:
-        home = args.home.resolve()
-        if home.exists() and any(home.iterdir()):
-            ap.error(f"--home {home} is not empty; the benchmark fills a fresh data folder")
-        tmp = None
-    else:
+    if args.home is None:
         tmp = tempfile.mkdtemp(prefix="emalab-bench-pages-")
-        home = Path(tmp)
-    os.environ["EMALAB_HOME"] = str(home)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # the pages import their helpers as pages._ui
-    machine = machine_info()
-    try:
-        log(f"filling {home} with {args.runs} runs and {args.metric_rows:,} metric rows …")
-        t0 = time.perf_counter()
-        counts = fill(home, args.runs, args.metric_rows)
-        fill_s = time.perf_counter() - t0
-        log(f"  filled in {fill_s:.1f} s")
+        return args, Path(tmp), tmp
+    home = args.home.resolve()
+    if home.exists() and any(home.iterdir()):
+        ap.error(f"--home {home} is not empty; the benchmark fills a fresh data folder")
+    return args, home, None
 
-        first = ingest(home)  # must find nothing new: the store already holds the run folders
-        consistent = first["runs_updated"] == 0 and not first["errors"]
-        if not consistent:
-            log(f"  warning: the first ingest changed the store: {first['runs_updated']} runs, "
-                f"errors {first['errors'][:3]}")
-        diag = diagnostics(home)
-        log("  " + ", ".join(f"{k} {v:.3f}" for k, v in diag.items()))
-        log(f"loading {len(args.pages)} pages, {args.repeats} repeats each (cold/warm s) …")
-        pages = measure(args.repeats, args.pages)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
-    report = {"pages": pages, "runs": counts["runs"], "metric_rows": counts["metric_rows"],
+class _Run(NamedTuple):
+    """What one benchmark run measured."""
+    counts: dict
+    fill_s: float
+    consistent: bool
+    diag: dict
+    pages: dict
+
+
+def _run(home: Path, args: argparse.Namespace) -> _Run:
+    """Fill the data folder, check the first ingest finds nothing, time the calls and the pages."""
+    log(f"filling {home} with {args.runs} runs and {args.metric_rows:,} metric rows …")
+    t0 = time.perf_counter()
+    counts = fill(home, args.runs, args.metric_rows)
+    fill_s = time.perf_counter() - t0
+    log(f"  filled in {fill_s:.1f} s")
+
+    first = ingest(home)  # must find nothing new: the store already holds the run folders
+    consistent = first["runs_updated"] == 0 and not first["errors"]
+    if not consistent:
+        log(f"  warning: the first ingest changed the store: {first['runs_updated']} runs, "
+            f"errors {first['errors'][:3]}")
+    diag = diagnostics(home)
+    log("  " + ", ".join(f"{k} {v:.3f}" for k, v in diag.items()))
+    log(f"loading {len(args.pages)} pages, {args.repeats} repeats each (cold/warm s) …")
+    return _Run(counts, fill_s, consistent, diag, measure(args.repeats, args.pages))
+
+
+def _report(run: _Run, args: argparse.Namespace, argv: list[str] | None, machine: dict) -> dict:
+    """The report (``--json`` prints it as is); the load average is read as the run ends."""
+    counts = run.counts
+    report = {"pages": run.pages, "runs": counts["runs"], "metric_rows": counts["metric_rows"],
               "result_rows": counts["result_rows"], "states": counts["states"],
-              "fill_seconds": round(fill_s, 2), "first_ingest_was_noop": consistent,
-              "target_s": TARGET_S, "repeats": args.repeats, "diagnostics": diag, "machine": machine,
+              "fill_seconds": round(run.fill_s, 2), "first_ingest_was_noop": run.consistent,
+              "target_s": TARGET_S, "repeats": args.repeats, "diagnostics": run.diag, "machine": machine,
               "command": "python -m bench.pages " + " ".join(argv if argv is not None else sys.argv[1:])}
     report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 2)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print(f"{counts['runs']} runs, {counts['metric_rows']:,} metric rows, {counts['result_rows']:,} result rows; "
-              f"filled in {fill_s:.1f} s; first ingest a no-op: {consistent}")
-        print(f"{'page':36s} {'cold s':>8s} {'warm s':>8s}  target ≤ {TARGET_S} s")
-        for name, p in pages.items():
-            print(f"{name:36s} {p['cold_s']:8.3f} {p['warm_s']:8.3f}  {'PASS' if p['pass'] else 'FAIL'}")
-        print("calls: " + ", ".join(f"{k} {v:.3f}" for k, v in diag.items()))
-        print(f"load average {machine['loadavg_start']} → {machine['loadavg_end']} on {machine['cores']} CPUs")
-    return 0
+    return report
+
+
+def _print_report(report: dict, fill_s: float) -> None:
+    """The report as a table, one page a line."""
+    # fill_s unrounded: the report's fill_seconds is rounded to 2 places, and printing that to 1 could differ.
+    machine = report["machine"]
+    print(f"{report['runs']} runs, {report['metric_rows']:,} metric rows, {report['result_rows']:,} result rows; "
+          f"filled in {fill_s:.1f} s; first ingest a no-op: {report['first_ingest_was_noop']}")
+    print(f"{'page':36s} {'cold s':>8s} {'warm s':>8s}  target ≤ {TARGET_S} s")
+    for name, p in report["pages"].items():
+        print(f"{name:36s} {p['cold_s']:8.3f} {p['warm_s']:8.3f}  {'PASS' if p['pass'] else 'FAIL'}")
+    print("calls: " + ", ".join(f"{k} {v:.3f}" for k, v in report["diagnostics"].items()))
+    print(f"load average {machine['loadavg_start']} → {machine['loadavg_end']} on {machine['cores']} CPUs")
 
 
 if __name__ == "__main__":

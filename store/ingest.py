@@ -148,41 +148,84 @@ def _known_state(conn: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[st
 
 def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None, report: dict) -> bool:
     """Bring one run up to date; True when the store already held everything its folder has."""
-    def fail(msg: str) -> bool:
-        report["errors"].append({"run_id": rd.run_id, "error": msg})
-        return False
+    cfg, problem = _read_config(rd)
+    if problem is not None:
+        return _report_error(report, rd, problem)
+    status = rd.read_status()
+    result, damage = _read_result(rd)
+    if damage is not None:
+        _report_error(report, rd, damage)  # and carry on: the rest of the run still goes in
+    known_row, offset, result_done, bad_total = _split_known(known)
+    row = _new_run_row(cfg, status, result, known_row, damage)
+    events, offset, new_offset, bad = _new_events(rd, offset)
+    # Building even an empty frame costs a millisecond or two: most runs have no new events.
+    metrics, bad_events, skipped = _metric_frame(rd.run_id, events) if events else (None, 0, 0)
+    bad += bad_events
+    tables, ingest_result = _pending_result(rd, result, result_done, report)
+    if row == known_row and new_offset == offset and not ingest_result and known is not None:
+        return True
+    try:
+        added = _write_run(conn, rd.run_id, row if row != known_row else None, metrics, tables,
+                           (new_offset, result_done or ingest_result, bad_total + bad))
+    except duckdb.Error as exc:
+        return _report_error(report, rd, _rolled_back(conn, rd, exc))
+    _tally(report, runs_updated=1, events=len(events), metric_rows=int(added), bad_lines=bad,
+           skipped_values=skipped, results=int(ingest_result))
+    return False
 
+
+def _report_error(report: dict, rd: RunDir, msg: str) -> bool:
+    """Add one run's problem to the report; False, so a phase that gives up can return it."""
+    report["errors"].append({"run_id": rd.run_id, "error": msg})
+    return False
+
+
+def _read_config(rd: RunDir) -> tuple[dict | None, str | None]:
+    """The run's config.json, or why it cannot be ingested (unreadable, no kind, another run's)."""
     try:
         cfg = rd.read_config()
         if not cfg.get("kind"):
             raise ValueError(f"{rd.config_path} is damaged: its 'kind' is empty")
     except ValueError as exc:  # the reader's message names the file and what is wrong
-        return fail(str(exc))
+        return None, str(exc)
     except OSError as exc:
-        return fail(f"config.json cannot be read: {exc}")
+        return None, f"config.json cannot be read: {exc}"
     if cfg.get("run_id", rd.run_id) != rd.run_id:
-        return fail(f"config.json names run {cfg.get('run_id')!r}, but its folder is {rd.run_id!r}")
-    status = rd.read_status()
-    damage = None
+        return None, f"config.json names run {cfg.get('run_id')!r}, but its folder is {rd.run_id!r}"
+    return cfg, None
+
+
+def _read_result(rd: RunDir) -> tuple[dict | None, str | None]:
+    """The run's result.json (None while there is none), or None and why it is damaged."""
     try:
-        result = rd.read_result()
+        return rd.read_result(), None
     except (OSError, ValueError) as exc:
         # Written atomically, so a damaged file means something else wrote it: say so, retry next pass.
-        damage = str(exc) if isinstance(exc, ValueError) else f"{rd.result_path} cannot be read: {exc}"
-        fail(damage)
-        result = None
+        return None, str(exc) if isinstance(exc, ValueError) else f"{rd.result_path} cannot be read: {exc}"
 
-    row = _run_row(cfg, status, result)
+
+def _split_known(known: tuple | None) -> tuple[tuple | None, int, bool, int]:
+    """The store's runs row, events offset, result-ingested flag and bad-line count for a run."""
     known_row = known[:len(_RUN_COLUMNS)] if known else None
-    if damage is not None:
-        # The last good summary stays (a damaged file is no evidence the run changed); the message
-        # marks the run damaged until a readable result.json is back.
-        kept = {"summary": known_row[_RUN_COLUMNS.index("summary")] if known_row else None,
-                "message": DAMAGED + damage}
-        row = tuple(kept.get(name, value) for name, value in zip(_RUN_COLUMNS, row))
     offset, result_done, bad_total = (known[len(_RUN_COLUMNS):] if known else (None, None, None))
-    offset, result_done, bad_total = offset or 0, bool(result_done), bad_total or 0
+    return known_row, offset or 0, bool(result_done), bad_total or 0
 
+
+def _new_run_row(cfg: dict, status: dict, result: dict | None, known_row: tuple | None,
+                 damage: str | None) -> tuple:
+    """The runs row to store: the folder's, or while result.json is damaged, the last good summary."""
+    row = _run_row(cfg, status, result)
+    if damage is None:
+        return row
+    # The last good summary stays (a damaged file is no evidence the run changed); the message
+    # marks the run damaged until a readable result.json is back.
+    kept = {"summary": known_row[_RUN_COLUMNS.index("summary")] if known_row else None,
+            "message": DAMAGED + damage}
+    return tuple(kept.get(name, value) for name, value in zip(_RUN_COLUMNS, row))
+
+
+def _new_events(rd: RunDir, offset: int) -> tuple[list[dict], int, int, int]:
+    """Events appended since ``offset``: the events, the offset read from, the new offset, bad lines."""
     try:
         size = rd.events_path.stat().st_size
     except FileNotFoundError:
@@ -193,61 +236,70 @@ def _ingest_run(conn: duckdb.DuckDBPyConnection, rd: RunDir, known: tuple | None
         events, new_offset, bad = rd.read_events(offset)
     else:
         events, new_offset, bad = [], offset, 0
-    # Building even an empty frame costs a millisecond or two: most runs have no new events.
-    metrics, bad_events, skipped = _metric_frame(rd.run_id, events) if events else (None, 0, 0)
-    bad += bad_events
+    return events, offset, new_offset, bad
 
-    tables: dict[str, pd.DataFrame] = {}
-    ingest_result = False
-    if result is not None and not result_done:
-        try:
-            tables, unknown = _result_tables(rd.run_id, result)
-            if unknown:
-                report["unknown_tables"][rd.run_id] = unknown
-            ingest_result = True
-        except ResultError as exc:
-            fail(str(exc))
 
-    if row == known_row and new_offset == offset and not ingest_result and known is not None:
-        return True
+def _pending_result(rd: RunDir, result: dict | None, result_done: bool,
+                    report: dict) -> tuple[dict[str, pd.DataFrame], bool]:
+    """The result tables still to store, and whether the result is to be marked ingested."""
+    if result is None or result_done:
+        return {}, False
     try:
-        conn.execute("BEGIN TRANSACTION")
-        if row != known_row:
-            _upsert_run(conn, rd.run_id, row)
-        added = 0
-        if metrics is not None and len(metrics):
-            conn.register("_new_metrics", metrics)
-            try:
-                # DuckDB reads a pandas NaN as NULL; the flag keeps a diverged loss (NaN) apart from
-                # a value that was never logged (null).
-                added = conn.execute(
-                    "INSERT INTO metrics SELECT run_id, seq, step, key, "
-                    "CASE WHEN is_nan THEN 'NaN'::DOUBLE ELSE value END FROM _new_metrics ON CONFLICT DO NOTHING"
-                ).fetchone()[0]
-            finally:
-                conn.unregister("_new_metrics")
-        for name, frame in tables.items():
-            _replace_result_rows(conn, name, rd.run_id, frame)
-        conn.execute(
-            """INSERT INTO ingest_state VALUES (?, ?, ?, ?)
-               ON CONFLICT (run_id) DO UPDATE SET events_offset = excluded.events_offset,
-                   result_ingested = excluded.result_ingested, bad_lines = excluded.bad_lines""",
-            [rd.run_id, new_offset, result_done or ingest_result, bad_total + bad],
-        )
-        conn.execute("COMMIT")
-    except duckdb.Error as exc:
-        with contextlib.suppress(duckdb.Error):
-            conn.execute("ROLLBACK")
-        if isinstance(exc, duckdb.IOException) or storage_problem(exc, rd.path):
-            raise  # the file itself is in trouble: stop, the session turns it into a clear error
-        return fail(f"not ingested ({type(exc).__name__}): {exc}")
-    report["runs_updated"] += 1
-    report["events"] += len(events)
-    report["metric_rows"] += int(added)
-    report["bad_lines"] += bad
-    report["skipped_values"] += skipped
-    report["results"] += int(ingest_result)
-    return False
+        tables, unknown = _result_tables(rd.run_id, result)
+    except ResultError as exc:
+        _report_error(report, rd, str(exc))
+        return {}, False
+    if unknown:
+        report["unknown_tables"][rd.run_id] = unknown
+    return tables, True
+
+
+def _write_run(conn: duckdb.DuckDBPyConnection, run_id: str, row: tuple | None,
+               metrics: pd.DataFrame | None, tables: dict[str, pd.DataFrame], state: tuple) -> int:
+    """One transaction: the runs row (when changed), new metrics, result tables, ingest state; rows added."""
+    conn.execute("BEGIN TRANSACTION")
+    if row is not None:
+        _upsert_run(conn, run_id, row)
+    added = _insert_metrics(conn, metrics) if metrics is not None and len(metrics) else 0
+    for name, frame in tables.items():
+        _replace_result_rows(conn, name, run_id, frame)
+    conn.execute(
+        """INSERT INTO ingest_state VALUES (?, ?, ?, ?)
+           ON CONFLICT (run_id) DO UPDATE SET events_offset = excluded.events_offset,
+               result_ingested = excluded.result_ingested, bad_lines = excluded.bad_lines""",
+        [run_id, *state],
+    )
+    conn.execute("COMMIT")
+    return added
+
+
+def _insert_metrics(conn: duckdb.DuckDBPyConnection, metrics: pd.DataFrame) -> int:
+    """Insert the metric rows not already stored; how many went in."""
+    conn.register("_new_metrics", metrics)
+    try:
+        # DuckDB reads a pandas NaN as NULL; the flag keeps a diverged loss (NaN) apart from
+        # a value that was never logged (null).
+        return conn.execute(
+            "INSERT INTO metrics SELECT run_id, seq, step, key, "
+            "CASE WHEN is_nan THEN 'NaN'::DOUBLE ELSE value END FROM _new_metrics ON CONFLICT DO NOTHING"
+        ).fetchone()[0]
+    finally:
+        conn.unregister("_new_metrics")
+
+
+def _rolled_back(conn: duckdb.DuckDBPyConnection, rd: RunDir, exc: duckdb.Error) -> str:
+    """Roll back a failed write; re-raise when the store file is in trouble, else say what failed."""
+    with contextlib.suppress(duckdb.Error):
+        conn.execute("ROLLBACK")
+    if isinstance(exc, duckdb.IOException) or storage_problem(exc, rd.path):
+        raise exc  # the file itself is in trouble: stop, the session turns it into a clear error
+    return f"not ingested ({type(exc).__name__}): {exc}"
+
+
+def _tally(report: dict, **counts: int) -> None:
+    """Add one updated run's counts to the report's totals."""
+    for key, n in counts.items():
+        report[key] += n
 
 
 def _ts(value: Any) -> datetime | None:
