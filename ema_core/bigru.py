@@ -243,55 +243,77 @@ def train_bigru(
     init_gen, data_gen = _generator(seed, 0), _generator(seed, 1)
     model = BiGRUTagger(cfg, generator=init_gen)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    tokens, lengths, roles = _pad(train)
-    dev_tokens, dev_lengths, dev_roles = _pad(dev)
-    n = len(train)
+    padded_train, padded_dev = _pad(train), _pad(dev)
 
     best_acc, best_loss, best_epoch, best_state, epoch = -1.0, float("inf"), 0, None, 0
     for epoch in range(1, cfg.max_epochs + 1):
-        model.train()
-        order = torch.randperm(n, generator=data_gen)
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        token_count = 0
-        for i in range(0, n, cfg.batch):
-            if should_stop is not None and should_stop():
-                raise Cancelled(epoch - 1)
-            idx = order[i : i + cfg.batch]
-            b_len = lengths[idx]
-            L = int(b_len.max())
-            b_tok, b_roles = tokens[idx, :L], roles[idx, :L]
-            real = b_roles != IGNORE
-            if cfg.unk_dropout > 0:
-                drop = (torch.rand(b_tok.shape, generator=data_gen) < cfg.unk_dropout) & real
-                b_tok = torch.where(drop, UNK, b_tok)
-            logits = model(b_tok, b_len, generator=data_gen)
-            loss = F.cross_entropy(logits.reshape(-1, N_ROLES), b_roles.reshape(-1), ignore_index=IGNORE)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            k = int(real.sum())
-            loss_sum += loss.detach().double() * k
-            token_count += k
-        dev_acc, dev_loss = _evaluate(model, dev_tokens, dev_lengths, dev_roles)
+        loss_sum, token_count = _train_epoch(model, opt, padded_train, cfg, data_gen, epoch, should_stop)
+        dev_acc, dev_loss = _evaluate(model, *padded_dev)
         if log is not None:
             log(epoch, {"bigru/loss": float(loss_sum) / token_count, "bigru/dev_acc": dev_acc,
                         "bigru/dev_loss": dev_loss})
-        # Better means a higher dev accuracy, or the same accuracy at a lower dev loss: the
-        # grammar is unambiguous given the whole sentence, so dev accuracy reaches 1.0 within a
-        # couple of epochs and, alone, would stop training on a barely fitted model.
-        if (dev_acc, -dev_loss) > (best_acc, -best_loss):
+        if _better(dev_acc, dev_loss, best_acc, best_loss):
             best_acc, best_loss, best_epoch = dev_acc, dev_loss, epoch
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         elif epoch - best_epoch >= cfg.patience:
             break
     model.load_state_dict(best_state)
     model.eval()
-    info = {
-        "epochs": epoch,
+    return model, _info(model, epoch, best_epoch, best_acc, best_loss, t0)
+
+
+def _train_epoch(model: BiGRUTagger, opt: torch.optim.Optimizer, padded, cfg: BiGRUConfig,
+                 data_gen: torch.Generator, epoch: int,
+                 should_stop: Callable[[], bool] | None) -> tuple[torch.Tensor, int]:
+    """One pass over the shuffled training set; the summed token loss (float64) and the token count."""
+    tokens, lengths, roles = padded
+    n = len(tokens)
+    model.train()
+    order = torch.randperm(n, generator=data_gen)
+    loss_sum = torch.zeros((), dtype=torch.float64)
+    token_count = 0
+    for i in range(0, n, cfg.batch):
+        if should_stop is not None and should_stop():
+            raise Cancelled(epoch - 1)
+        loss, k = _train_step(model, opt, tokens, lengths, roles, order[i : i + cfg.batch], cfg, data_gen)
+        loss_sum += loss.detach().double() * k
+        token_count += k
+    return loss_sum, token_count
+
+
+def _train_step(model: BiGRUTagger, opt: torch.optim.Optimizer, tokens, lengths, roles, idx: torch.Tensor,
+                cfg: BiGRUConfig, data_gen: torch.Generator) -> tuple[torch.Tensor, int]:
+    """One optimiser step on the sentences ``idx``; the batch's mean token loss and its token count."""
+    b_len = lengths[idx]
+    L = int(b_len.max())
+    b_tok, b_roles = tokens[idx, :L], roles[idx, :L]
+    real = b_roles != IGNORE
+    if cfg.unk_dropout > 0:
+        drop = (torch.rand(b_tok.shape, generator=data_gen) < cfg.unk_dropout) & real
+        b_tok = torch.where(drop, UNK, b_tok)
+    logits = model(b_tok, b_len, generator=data_gen)
+    loss = F.cross_entropy(logits.reshape(-1, N_ROLES), b_roles.reshape(-1), ignore_index=IGNORE)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss, int(real.sum())
+
+
+def _better(dev_acc: float, dev_loss: float, best_acc: float, best_loss: float) -> bool:
+    """Whether an epoch beats the best so far: higher dev accuracy, or the same at a lower dev loss."""
+    # The loss breaks ties because the grammar is unambiguous given the whole sentence, so dev
+    # accuracy reaches 1.0 within a couple of epochs and, alone, would stop training on a barely
+    # fitted model.
+    return (dev_acc, -dev_loss) > (best_acc, -best_loss)
+
+
+def _info(model: BiGRUTagger, epochs: int, best_epoch: int, best_acc: float, best_loss: float, t0: float) -> dict:
+    """The info dict of :func:`train_bigru`."""
+    return {
+        "epochs": epochs,
         "best_epoch": best_epoch,
         "best_dev_acc": best_acc,
         "best_dev_loss": best_loss,
         "seconds": time.perf_counter() - t0,
         "params": sum(p.numel() for p in model.parameters()),
     }
-    return model, info

@@ -16,6 +16,7 @@ Accuracy per lag is scored on the held-out later stretch of the stream; chance i
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 
 import numpy as np
@@ -110,24 +111,51 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     # CLI command and every worker, of any kind) imports this module: only a dilution run pays for them.
     from ema_core.dilution import feature_sets, random_stream, window_features
 
-    K, V, D, L, Wn = len(cfg.alphas), cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
-    sets = feature_sets(cfg.alphas, Wn, D, include_all=cfg.include_all)
+    sets = feature_sets(cfg.alphas, cfg.window, cfg.dim, include_all=cfg.include_all)
     total = len(sets) * cfg.steps
-    rows: list[dict] = []
-    summary: dict = {}
-    start_set, start_step, resumed = 0, 0, None
-    elapsed_before = 0.0
-    ckpt = reporter.load_checkpoint()  # first: a bad checkpoint fails before any work
-    if ckpt is not None:
-        _, resumed = ckpt
-        check_checkpoint(resumed, what="dilution-sweep checkpoint", fmt=CHECKPOINT_FORMAT,
-                         keys=("set_index", "step", "model", "optim", "data_rng", "torch_rng", "rows", "summary",
-                               "elapsed"), expect={"config": cfg.model_dump_json()})
-        start_set, start_step = int(resumed["set_index"]), int(resumed["step"])
-        rows, summary = list(resumed["rows"]), dict(resumed["summary"])
-        elapsed_before = float(resumed["elapsed"])
-        torch.set_rng_state(resumed["torch_rng"])
+    # first: a bad checkpoint fails before any work
+    resumed, start_set, start_step, rows, summary, elapsed_before = _restore(cfg, reporter)
     reporter.progress((start_set * cfg.steps + start_step) / total, "building the token stream and its traces")
+    Xtr_all, Xte_all, Ytr, Yte = _build_data(cfg, random_stream, window_features)
+    checkpoint = functools.partial(_checkpoint, cfg, reporter, t_start, elapsed_before, rows, summary)
+    for si, (name, cols) in enumerate(sets):
+        if si < start_set:
+            continue
+        model, opt, gen = _new_decoder(cfg, si, len(cols))
+        first_step = 0
+        if si == start_set and resumed is not None and start_step > 0:  # stopped inside this set
+            _load_decoder(resumed, model, opt, gen)
+            first_step = start_step
+        loss_value = _train_decoder(cfg, reporter, si, name, Xtr_all[:, cols], Ytr, model, opt, gen, first_step, total,
+                                    checkpoint)
+        acc = _score_decoder(cfg, model, Xte_all[:, cols], Yte)
+        _record(cfg, reporter, si, name, acc, loss_value, rows, summary)
+        if si + 1 < len(sets):  # a finished decoder is never trained again
+            checkpoint(si + 1, 0)
+    return _result(cfg, reporter, sets, rows, summary, elapsed_before + time.perf_counter() - t_start)
+
+
+def _restore(cfg: DilutionSweepConfig, reporter: Reporter) -> tuple[dict | None, int, int, list[dict], dict, float]:
+    """The checkpoint, set index, step, rows, summary and elapsed to resume from (torch RNG restored)."""
+    ckpt = reporter.load_checkpoint()
+    if ckpt is None:
+        return None, 0, 0, [], {}, 0.0
+    _, resumed = ckpt
+    check_checkpoint(resumed, what="dilution-sweep checkpoint", fmt=CHECKPOINT_FORMAT,
+                     keys=("set_index", "step", "model", "optim", "data_rng", "torch_rng", "rows", "summary",
+                           "elapsed"), expect={"config": cfg.model_dump_json()})
+    start_set, start_step = int(resumed["set_index"]), int(resumed["step"])
+    rows, summary = list(resumed["rows"]), dict(resumed["summary"])
+    elapsed_before = float(resumed["elapsed"])
+    torch.set_rng_state(resumed["torch_rng"])
+    return resumed, start_set, start_step, rows, summary, elapsed_before
+
+
+def _build_data(cfg: DilutionSweepConfig, random_stream, window_features):
+    """Standardised train and test features (all rates) and their targets at every lag."""
+    # random_stream and window_features are passed in so that ema_core.dilution's costly import
+    # stays in one place, in _run.
+    K, D, L, Wn = len(cfg.alphas), cfg.dim, cfg.max_lag, cfg.window
     # The stream of ``dilution._measure``, by the torch path, on the one thread this run holds: the
     # numba path splits a long stream by its thread count (which changes the traces' last bits, and a
     # resumed run must see the very same features), and its OpenMP pool spin-waits on cores that
@@ -146,74 +174,99 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     lags = np.arange(L + 1)
     Ytr = torch.from_numpy(tokens[train[:, None] - lags[None, :]])  # (n, L + 1)
     Yte = torch.from_numpy(tokens[test[:, None] - lags[None, :]])  # (m, L + 1)
-    n = len(train)
-    chance = 1.0 / V
+    return Xtr_all, Xte_all, Ytr, Yte
 
-    def checkpoint(set_index: int, step: int, model=None, opt=None, gen=None) -> None:
-        state = {
-            "format": CHECKPOINT_FORMAT,
-            "config": cfg.model_dump_json(),
-            "set_index": set_index,
-            "step": step,  # steps done in this feature set: the data position with data_rng
-            "model": model.state_dict() if model is not None else {},
-            "optim": opt.state_dict() if opt is not None else {},
-            "data_rng": gen.get_state() if gen is not None else torch.empty(0, dtype=torch.uint8),
-            "torch_rng": torch.get_rng_state(),
-            "rows": rows,
-            "summary": summary,
-            "elapsed": elapsed_before + time.perf_counter() - t_start,
-        }
-        reporter.save_checkpoint(set_index * cfg.steps + step, state)
 
-    for si, (name, cols) in enumerate(sets):
-        if si < start_set:
-            continue
-        Xtr = torch.from_numpy(np.ascontiguousarray(Xtr_all[:, cols]))  # (n, p_set)
-        Xte = torch.from_numpy(np.ascontiguousarray(Xte_all[:, cols]))  # (m, p_set)
-        model = torch.nn.Linear(len(cols), (L + 1) * V)
-        with torch.no_grad():  # a convex problem: zeros are a fine start and need no RNG
-            model.weight.zero_()
-            model.bias.zero_()
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-        gen = torch.Generator().manual_seed(_data_seed(cfg.seed, si))
-        first_step = 0
-        if si == start_set and resumed is not None and start_step > 0:
-            model.load_state_dict(resumed["model"])
-            opt.load_state_dict(resumed["optim"])
-            gen.set_state(resumed["data_rng"])
-            first_step = start_step
-        loss_value = float("nan")
-        for step in range(first_step, cfg.steps):
-            if reporter.should_stop():
-                checkpoint(si, step, model, opt, gen)
-                raise Cancelled(si * cfg.steps + step)
-            idx = torch.randint(n, (cfg.batch,), generator=gen)  # the data order: gen's state is the position
-            logits = model(Xtr[idx]).view(cfg.batch * (L + 1), V)  # (B·(L+1), V)
-            loss = F.cross_entropy(logits, Ytr[idx].reshape(-1)) * (L + 1)  # Σ over lags of each lag's mean
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            done = step + 1
-            if done % cfg.log_every == 0 or done == cfg.steps:
-                loss_value = loss.item()
-                reporter.log(si * cfg.steps + done, {f"loss/{name}": loss_value})
-            reporter.progress((si * cfg.steps + done) / total, f"{name}: step {done}/{cfg.steps}")
-            if done % cfg.checkpoint_every == 0 and done < cfg.steps:
-                checkpoint(si, done, model, opt, gen)
-        with torch.no_grad():
-            pred = model(Xte).view(-1, L + 1, V).argmax(-1)  # (m, L + 1)
-            acc = (pred == Yte).double().mean(0)
-        rows.extend({"feature": name, "lag": lag, "accuracy": float(acc[lag]), "chance": chance} for lag in range(L + 1))
-        summary[f"acc_lag0/{name}"] = float(acc[0])
-        summary[f"acc_lag{L}/{name}"] = float(acc[L])
-        summary[f"final_loss/{name}"] = loss_value
-        reporter.log((si + 1) * cfg.steps, {f"acc_lag0/{name}": float(acc[0]), f"acc_lag{L}/{name}": float(acc[L])})
-        if si + 1 < len(sets):  # a finished decoder is never trained again
-            checkpoint(si + 1, 0)
+def _checkpoint(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float, elapsed_before: float, rows: list[dict],
+                summary: dict, set_index: int, step: int, model=None, opt=None, gen=None) -> None:
+    """Save the sweep's state at ``step`` of feature set ``set_index`` (a set's decoder only mid-set)."""
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "config": cfg.model_dump_json(),
+        "set_index": set_index,
+        "step": step,  # steps done in this feature set: the data position with data_rng
+        "model": model.state_dict() if model is not None else {},
+        "optim": opt.state_dict() if opt is not None else {},
+        "data_rng": gen.get_state() if gen is not None else torch.empty(0, dtype=torch.uint8),
+        "torch_rng": torch.get_rng_state(),
+        "rows": rows,
+        "summary": summary,
+        "elapsed": elapsed_before + time.perf_counter() - t_start,
+    }
+    reporter.save_checkpoint(set_index * cfg.steps + step, state)
 
-    summary["chance"] = chance
+
+def _new_decoder(cfg: DilutionSweepConfig, set_index: int, n_cols: int):
+    """A zeroed linear decoder over ``n_cols`` features, its Adam and its minibatch generator."""
+    # nn.Linear's own initialisation draws from the global torch RNG (kept in checkpoints) before the
+    # zeros overwrite it: a resumed run must draw the same, so the construction stays as it is.
+    model = torch.nn.Linear(n_cols, (cfg.max_lag + 1) * cfg.vocab)
+    with torch.no_grad():  # a convex problem: zeros are a fine start and need no RNG
+        model.weight.zero_()
+        model.bias.zero_()
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(_data_seed(cfg.seed, set_index))
+    return model, opt, gen
+
+
+def _load_decoder(resumed: dict, model, opt, gen: torch.Generator) -> None:
+    """Restore a decoder stopped mid-set: weights, optimiser and data position."""
+    model.load_state_dict(resumed["model"])
+    opt.load_state_dict(resumed["optim"])
+    gen.set_state(resumed["data_rng"])
+
+
+def _train_decoder(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, X: np.ndarray, Ytr: torch.Tensor,
+                   model, opt, gen: torch.Generator, first_step: int, total: int, checkpoint) -> float:
+    """Adam steps ``first_step``..``steps`` on feature set ``si``; the last logged loss (nan if none)."""
+    L, V = cfg.max_lag, cfg.vocab
+    Xtr = torch.from_numpy(np.ascontiguousarray(X))  # (n, p_set)
+    n = len(Ytr)
+    loss_value = float("nan")
+    for step in range(first_step, cfg.steps):
+        if reporter.should_stop():
+            checkpoint(si, step, model, opt, gen)
+            raise Cancelled(si * cfg.steps + step)
+        idx = torch.randint(n, (cfg.batch,), generator=gen)  # the data order: gen's state is the position
+        logits = model(Xtr[idx]).view(cfg.batch * (L + 1), V)  # (B·(L+1), V)
+        loss = F.cross_entropy(logits, Ytr[idx].reshape(-1)) * (L + 1)  # Σ over lags of each lag's mean
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        done = step + 1
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            loss_value = loss.item()
+            reporter.log(si * cfg.steps + done, {f"loss/{name}": loss_value})
+        reporter.progress((si * cfg.steps + done) / total, f"{name}: step {done}/{cfg.steps}")
+        if done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            checkpoint(si, done, model, opt, gen)
+    return loss_value
+
+
+def _score_decoder(cfg: DilutionSweepConfig, model, X: np.ndarray, Yte: torch.Tensor) -> torch.Tensor:
+    """Held-out accuracy at each lag, (L + 1,)."""
+    Xte = torch.from_numpy(np.ascontiguousarray(X))  # (m, p_set)
+    with torch.no_grad():
+        pred = model(Xte).view(-1, cfg.max_lag + 1, cfg.vocab).argmax(-1)  # (m, L + 1)
+        return (pred == Yte).double().mean(0)
+
+
+def _record(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, acc: torch.Tensor, loss_value: float,
+            rows: list[dict], summary: dict) -> None:
+    """Add feature set ``si``'s rows and summary entries, and log its accuracies."""
+    L, chance = cfg.max_lag, 1.0 / cfg.vocab
+    rows.extend({"feature": name, "lag": lag, "accuracy": float(acc[lag]), "chance": chance} for lag in range(L + 1))
+    summary[f"acc_lag0/{name}"] = float(acc[0])
+    summary[f"acc_lag{L}/{name}"] = float(acc[L])
+    summary[f"final_loss/{name}"] = loss_value
+    reporter.log((si + 1) * cfg.steps, {f"acc_lag0/{name}": float(acc[0]), f"acc_lag{L}/{name}": float(acc[L])})
+
+
+def _result(cfg: DilutionSweepConfig, reporter: Reporter, sets, rows: list[dict], summary: dict, seconds: float) -> dict:
+    """The run's result: the summary completed, the accuracy table."""
+    summary["chance"] = 1.0 / cfg.vocab
     summary["feature_sets"] = ", ".join(name for name, _ in sets)
-    summary["seconds"] = elapsed_before + time.perf_counter() - t_start
+    summary["seconds"] = seconds
     reporter.progress(1.0, "done")
     return {"summary": summary, "tables": {"dilution_accuracy": rows}}
 

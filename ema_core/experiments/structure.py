@@ -17,6 +17,7 @@ whose keys the CLI prints with ``--json`` (see ``summarise``).
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -122,58 +123,86 @@ def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
     elapsed_before = float(saved.get("elapsed", 0.0))
     rows: list[dict] = list(saved.get("rows", []))
     parts: dict = dict(saved.get("parts", {}))
-    P = cfg.passes
-    total_steps = P + 2  # passes, the probes, the BiGRU: the progress bar's units
-
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - t_start
-
-    def checkpoint(phase: str, passes_done: int, state: SPCNState | None) -> None:
-        reporter.save_checkpoint(passes_done + {"spcn": 0, "probes": 1, "bigru": 2}[phase], {
-            "format": CHECKPOINT_FORMAT, "config": cfg.model_dump_json(), "phase": phase,
-            "passes_done": passes_done, "spcn": state.as_checkpoint() if state is not None else {},
-            "rows": rows, "parts": parts, "elapsed": elapsed(),
-        })
-
-    reporter.progress(0.0, "sampling sentences")
-    data = sentences(cfg)
-    streams = {name: stream(s) for name, s in data.items()}
-    _check_unseen(streams)
-
-    # -- SPCN: Hebbian passes, no labels ---------------------------------------------------------
+    checkpoint = functools.partial(_checkpoint, cfg, reporter, t_start, elapsed_before, parts)
+    data, streams = _build_data(cfg, reporter)
     phase = saved.get("phase", "spcn")
     passes_done = int(saved.get("passes_done", 0))
     state = SPCNState.from_checkpoint(saved["spcn"]) if saved.get("spcn") else None
     model = SPCN(cfg.spcn(), cfg.seed, state)
-    tok, _, start = streams["train"]  # the roles are never handed to SPCN
     if phase == "spcn":
-        if passes_done == 0:
-            parts["prediction_error_untrained"] = model.prediction_error(tok, start)
-        for p in range(passes_done, P):
-            reporter.progress(p / total_steps, f"SPCN: Hebbian pass {p + 1}/{P}")
-            before = SPCNState(model.state.W.copy(), model.state.err_var.copy(), model.state.updates)
-            errs = model.train(tok, start, passes=1, should_stop=reporter.should_stop)
-            if reporter.should_stop():  # a partial pass is dropped: the resume redoes it whole
-                checkpoint("spcn", p, before)
-                raise Cancelled(p)
-            reporter.log(p + 1, {"spcn/pred_error": float(np.mean(errs))})
-            checkpoint("spcn", p + 1, model.state)
-        parts["prediction_error_trained"] = model.prediction_error(tok, start)
+        _train_spcn(cfg, reporter, model, streams, passes_done, rows, parts, checkpoint)
         phase = "probes"
-
-    # -- probes on trained and untrained SPCN, and the control task --------------------------------
     if phase == "probes":
-        reporter.progress(P / total_steps, "probing SPCN's features")
-        try:
-            rows = _probe_all(cfg, model, SPCN(cfg.spcn(), cfg.seed), streams, reporter, step=P + 1)
-        except Cancelled:
-            checkpoint("probes", P, model.state)  # the probes restart whole: each is one closed-form fit
-            raise Cancelled(P + 1) from None
-        checkpoint("bigru", P, model.state)
-        phase = "bigru"
+        rows = _probe_spcn(cfg, reporter, model, streams, rows, checkpoint)
+    rows += _train_and_score_bigru(cfg, reporter, model, data, streams, rows, parts, checkpoint)
+    summary = summarise(rows, parts)
+    summary["seconds"] = elapsed_before + time.perf_counter() - t_start
+    reporter.progress(1.0, "done")
+    return {"summary": summary, "tables": {"probe_accuracy": rows}}
 
-    # -- the supervised BiGRU -----------------------------------------------------------------------
-    reporter.progress((P + 1) / total_steps, "training the BiGRU")
+
+def _total_steps(cfg: StructureConfig) -> int:
+    """The progress bar's units: the passes, the probes, the BiGRU."""
+    return cfg.passes + 2
+
+
+def _checkpoint(cfg: StructureConfig, reporter: Reporter, t_start: float, elapsed_before: float, parts: dict,
+                rows: list[dict], phase: str, passes_done: int, state: SPCNState | None) -> None:
+    """Save the run's state as it enters or stops in ``phase``."""
+    reporter.save_checkpoint(passes_done + {"spcn": 0, "probes": 1, "bigru": 2}[phase], {
+        "format": CHECKPOINT_FORMAT, "config": cfg.model_dump_json(), "phase": phase,
+        "passes_done": passes_done, "spcn": state.as_checkpoint() if state is not None else {},
+        "rows": rows, "parts": parts, "elapsed": elapsed_before + time.perf_counter() - t_start,
+    })
+
+
+def _build_data(cfg: StructureConfig, reporter: Reporter) -> tuple[dict[str, list[Sentence]], dict]:
+    """The run's sentences and their token and role streams, per split."""
+    reporter.progress(0.0, "sampling sentences")
+    data = sentences(cfg)
+    streams = {name: stream(s) for name, s in data.items()}
+    _check_unseen(streams)
+    return data, streams
+
+
+def _train_spcn(cfg: StructureConfig, reporter: Reporter, model: SPCN, streams, passes_done: int, rows: list[dict],
+                parts: dict, checkpoint) -> None:
+    """SPCN's Hebbian passes from ``passes_done`` on (no labels), its prediction error measured around them."""
+    P = cfg.passes
+    tok, _, start = streams["train"]  # the roles are never handed to SPCN
+    if passes_done == 0:
+        parts["prediction_error_untrained"] = model.prediction_error(tok, start)
+    for p in range(passes_done, P):
+        reporter.progress(p / _total_steps(cfg), f"SPCN: Hebbian pass {p + 1}/{P}")
+        before = SPCNState(model.state.W.copy(), model.state.err_var.copy(), model.state.updates)
+        errs = model.train(tok, start, passes=1, should_stop=reporter.should_stop)
+        if reporter.should_stop():  # a partial pass is dropped: the resume redoes it whole
+            checkpoint(rows, "spcn", p, before)
+            raise Cancelled(p)
+        reporter.log(p + 1, {"spcn/pred_error": float(np.mean(errs))})
+        checkpoint(rows, "spcn", p + 1, model.state)
+    parts["prediction_error_trained"] = model.prediction_error(tok, start)
+
+
+def _probe_spcn(cfg: StructureConfig, reporter: Reporter, model: SPCN, streams, rows: list[dict],
+                checkpoint) -> list[dict]:
+    """Probes on trained and untrained SPCN, and the control task; their rows."""
+    P = cfg.passes
+    reporter.progress(P / _total_steps(cfg), "probing SPCN's features")
+    try:
+        rows = _probe_all(cfg, model, SPCN(cfg.spcn(), cfg.seed), streams, reporter, step=P + 1)
+    except Cancelled:
+        checkpoint(rows, "probes", P, model.state)  # the probes restart whole: each is one closed-form fit
+        raise Cancelled(P + 1) from None
+    checkpoint(rows, "bigru", P, model.state)
+    return rows
+
+
+def _train_and_score_bigru(cfg: StructureConfig, reporter: Reporter, model: SPCN, data, streams, rows: list[dict],
+                           parts: dict, checkpoint) -> list[dict]:
+    """Train the supervised BiGRU and score it on each scored split; its rows."""
+    P = cfg.passes
+    reporter.progress((P + 1) / _total_steps(cfg), "training the BiGRU")
     def log(epoch: int, metrics: dict) -> None:
         reporter.log(P + 1 + epoch, metrics)
 
@@ -181,16 +210,14 @@ def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
         net, info = train_bigru(cfg.bigru(), data["train"], data["dev"], cfg.seed, log=log,
                                 should_stop=reporter.should_stop)
     except Cancelled:
-        checkpoint("bigru", P, model.state)  # the BiGRU restarts from scratch: it is the cheap part
+        checkpoint(rows, "bigru", P, model.state)  # the BiGRU restarts from scratch: it is the cheap part
         raise Cancelled(P + 2) from None
     parts["bigru_epochs"] = int(info.get("epochs", 0))
+    out: list[dict] = []
     for split in SPLITS_SCORED:
         acc = accuracy_by_label(streams[split][1], predict(net, data[split]), ROLE_NAMES)
-        rows += [{"role": r, "feature_set": "bigru", "split": split, "accuracy": a} for r, a in acc.items()]
-    summary = summarise(rows, parts)
-    summary["seconds"] = elapsed()
-    reporter.progress(1.0, "done")
-    return {"summary": summary, "tables": {"probe_accuracy": rows}}
+        out += [{"role": r, "feature_set": "bigru", "split": split, "accuracy": a} for r, a in acc.items()]
+    return out
 
 
 def _probe_all(cfg: StructureConfig, trained, untrained, streams, reporter: Reporter, step: int):

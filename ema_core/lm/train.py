@@ -165,81 +165,110 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     device = torch.device(device)
     rank, world = _dist()
     main = rank == 0
-    model.to(device)
-    net = model
-    if world > 1:
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = build_optimizer(model, cfg)
+    net, opt = _place_model(model, cfg, device, world)
     train = torch.as_tensor(np.asarray(streams.train, dtype=np.int64))
     extra_state = extra_state or {}
-
-    start, curve, tokens_done, train_seconds = 0, [], 0, 0.0
-    ckpt = reporter.load_checkpoint() if main or world == 1 else None
-    if world > 1:  # every rank resumes from rank 0's checkpoint
-        holder = [ckpt]
-        torch.distributed.broadcast_object_list(holder, src=0)
-        ckpt = holder[0]
-    if ckpt is not None:
-        _, state = ckpt
-        check_checkpoint(state, what="language-model checkpoint of this run", fmt=CHECKPOINT_FORMAT,
-                         keys=("step", "model", "optim", "curve", "tokens", "train_seconds"), expect=extra_state)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        start, curve = int(state["step"]), list(state["curve"])
-        tokens_done, train_seconds = int(state["tokens"]), float(state["train_seconds"])
-
-    def checkpoint(step: int) -> None:
-        if main:
-            reporter.save_checkpoint(step, {
-                "format": CHECKPOINT_FORMAT, "step": step, "model": model.state_dict(), "optim": opt.state_dict(),
-                "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds, **extra_state,
-            })
-
-    def stop_requested() -> bool:
-        flag = torch.tensor([1 if (main and reporter.should_stop()) else 0])
-        if world > 1:
-            torch.distributed.all_reduce(flag)  # every rank stops at the same step
-        return bool(flag.item())
+    start, curve, tokens_done, train_seconds = _restore(model, opt, reporter, extra_state, main, world)
 
     net.train()
     for step in range(start, cfg.steps):
-        if stop_requested():
-            checkpoint(step)
+        if _stop_requested(reporter, main, world):
+            _checkpoint(reporter, main, step, model, opt, curve, tokens_done, train_seconds, extra_state)
             raise Cancelled(step)
-        t0 = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        x, y = batch_at(train, step, cfg, seed, rank)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast(device):
-            logits = net(x)  # (B, T, V)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        train_seconds += time.perf_counter() - t0
-        tokens_done += x.numel() * world
+        loss, step_tokens, step_seconds = _train_step(net, model, opt, train, step, cfg, seed, rank, device)
+        train_seconds += step_seconds
+        tokens_done += step_tokens * world
         done = step + 1
         loss_value = loss.item()
-        if main and (done % cfg.log_every == 0 or done == cfg.steps):
-            reporter.log(done, {"train/loss": loss_value, "train/lr": lr_at(step, cfg)})
-        if main and (done % cfg.eval_every == 0 or done == cfg.steps):
-            ev = evaluate(model, streams, cfg.seq_len, cfg.eval_tokens, device=device)
-            curve.append({"step": done, "tokens": tokens_done, **{k: ev[k] for k in ("loss", "ppl", "bpb")}})
-            reporter.log(done, {"val/loss": ev["loss"], "val/ppl": ev["ppl"], "val/bpb": ev["bpb"]})
         if main:
-            reporter.progress(done / cfg.steps, f"step {done}/{cfg.steps} · loss {loss_value:.3f}")
+            _report_step(model, streams, cfg, reporter, done, loss_value, curve, tokens_done, device)
         if done % cfg.checkpoint_every == 0 and done < cfg.steps:
-            checkpoint(done)
+            _checkpoint(reporter, main, done, model, opt, curve, tokens_done, train_seconds, extra_state)
     if world > 1:
         _check_ranks_agree(model)
     final = evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device) if main else {}
     return {"final": final, "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds,
             "tokens_per_s": tokens_done / train_seconds if train_seconds > 0 else float("nan")}
+
+
+def _place_model(model: torch.nn.Module, cfg: TrainConfig, device: torch.device,
+                 world: int) -> tuple[torch.nn.Module, torch.optim.AdamW]:
+    """Move ``model`` to ``device``; the module to train through (DDP-wrapped across ranks) and its optimiser."""
+    model.to(device)
+    net = model
+    if world > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return net, build_optimizer(model, cfg)
+
+
+def _restore(model: torch.nn.Module, opt: torch.optim.Optimizer, reporter, extra_state: dict, main: bool,
+             world: int) -> tuple[int, list, int, float]:
+    """Resume from the run's checkpoint if it has one; (start step, curve, tokens, train seconds)."""
+    ckpt = reporter.load_checkpoint() if main or world == 1 else None
+    if world > 1:  # every rank resumes from rank 0's checkpoint
+        holder = [ckpt]
+        torch.distributed.broadcast_object_list(holder, src=0)
+        ckpt = holder[0]
+    if ckpt is None:
+        return 0, [], 0, 0.0
+    _, state = ckpt
+    check_checkpoint(state, what="language-model checkpoint of this run", fmt=CHECKPOINT_FORMAT,
+                     keys=("step", "model", "optim", "curve", "tokens", "train_seconds"), expect=extra_state)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optim"])
+    return int(state["step"]), list(state["curve"]), int(state["tokens"]), float(state["train_seconds"])
+
+
+def _checkpoint(reporter, main: bool, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, curve: list,
+                tokens_done: int, train_seconds: float, extra_state: dict) -> None:
+    """Save the state to resume from at ``step`` (rank 0 writes; every rank holds the same)."""
+    if main:
+        reporter.save_checkpoint(step, {
+            "format": CHECKPOINT_FORMAT, "step": step, "model": model.state_dict(), "optim": opt.state_dict(),
+            "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds, **extra_state,
+        })
+
+
+def _stop_requested(reporter, main: bool, world: int) -> bool:
+    """Whether rank 0's reporter asks to stop, agreed by every rank."""
+    flag = torch.tensor([1 if (main and reporter.should_stop()) else 0])
+    if world > 1:
+        torch.distributed.all_reduce(flag)  # every rank stops at the same step
+    return bool(flag.item())
+
+
+def _train_step(net: torch.nn.Module, model: torch.nn.Module, opt: torch.optim.Optimizer, train: torch.Tensor,
+                step: int, cfg: TrainConfig, seed: int, rank: int,
+                device: torch.device) -> tuple[torch.Tensor, int, float]:
+    """One optimiser step on this rank's batch of ``step``; (loss, the batch's tokens, its seconds)."""
+    t0 = time.perf_counter()
+    for group in opt.param_groups:
+        group["lr"] = lr_at(step, cfg)
+    x, y = batch_at(train, step, cfg, seed, rank)
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    with autocast(device):
+        logits = net(x)  # (B, T, V)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return loss, x.numel(), time.perf_counter() - t0
+
+
+def _report_step(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, reporter, done: int, loss_value: float,
+                 curve: list, tokens_done: int, device: torch.device) -> None:
+    """Rank 0's logs after ``done`` steps: the training loss, the validation curve when due, progress."""
+    if done % cfg.log_every == 0 or done == cfg.steps:
+        reporter.log(done, {"train/loss": loss_value, "train/lr": lr_at(done - 1, cfg)})
+    if done % cfg.eval_every == 0 or done == cfg.steps:
+        ev = evaluate(model, streams, cfg.seq_len, cfg.eval_tokens, device=device)
+        curve.append({"step": done, "tokens": tokens_done, **{k: ev[k] for k in ("loss", "ppl", "bpb")}})
+        reporter.log(done, {"val/loss": ev["loss"], "val/ppl": ev["ppl"], "val/bpb": ev["bpb"]})
+    reporter.progress(done / cfg.steps, f"step {done}/{cfg.steps} · loss {loss_value:.3f}")
 
 
 def _check_ranks_agree(model: torch.nn.Module) -> None:
