@@ -1,6 +1,6 @@
 """Training throughput and step memory of SPEN against its parameter-matched GPT, across context lengths.
 
-    python -m bench.lm [--quick] [--json] [--preset tiny] [--threads N]
+    python -m bench.lm [--quick] [--json] [--size tiny] [--threads N]
                        [--ts 256,1024,4096] [--tokens-per-step 4096] [--gpt-match per-t|fixed]
 
 What is timed is one full training step as :func:`ema_core.lm.train.train_lm` takes it: draw the
@@ -8,7 +8,7 @@ batch (``batch_at``), forward, cross-entropy, backward, gradient clipping, AdamW
 on CUDA; deterministic algorithms on, as the ``lm`` experiment runs).  The tokens per step are held
 equal across T (B = tokens / T), so tokens/s compare directly.  SPEN uses the linear predictor; the
 GPT is the one the ``lm`` experiment trains at that T: matched to SPEN's parameter count with its
-positional table of T rows (``build_model("gpt", preset, seq_len=T)``), so its d_ff shrinks as T
+positional table of T rows (``build_model("gpt", size, seq_len=T)``), so its d_ff shrinks as T
 grows (both are reported).  ``--gpt-match fixed`` instead times one GPT, matched with a table of
 max(ts) rows, at every T: the same architecture throughout, so that only the attention's cost
 changes with T.
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.machine import machine_info as _machine_info
-from ema_core.lm.presets import MODELS, build_model, get_preset
+from ema_core.lm.sizes import MODELS, build_model, get_size
 from ema_core.lm.train import TrainConfig, autocast, batch_at, build_optimizer
 
 TARGET_T1024 = 1.3  # SPEN ÷ GPT tokens/s at T = 1024
@@ -55,7 +55,7 @@ MiB = 2**20
 # For the memory processes: glibc hands every block of 64 KiB or more straight back to the kernel
 # when freed, and trims its heap.  With its defaults, what the warm-up step freed stays resident,
 # lands in the baseline and hides part of the next step's peak (measured: 318 instead of 364 MiB
-# for SPEN at T = 1024 on the tiny preset).
+# for SPEN at T = 1024 at the tiny size).
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
 
 
@@ -74,18 +74,18 @@ def machine_info() -> dict:
 class Runner:
     """A model, its optimiser and a token stream; ``step()`` is one training step as train_lm takes it."""
 
-    def __init__(self, model: str, preset: str, T: int, B: int, device: str, seed: int = 0,
+    def __init__(self, model: str, size: str, T: int, B: int, device: str, seed: int = 0,
                  gpt_seq_len: int | None = None):
         self.name, self.T, self.B = model, T, B
         self.device = torch.device(device)
         self.cfg = TrainConfig(batch=B, seq_len=T, warmup=0)
         # The GPT's positional table has gpt_seq_len rows (default T): its size is part of the match.
-        self.model = build_model(model, preset, seq_len=gpt_seq_len or T, seed=seed).to(self.device)
+        self.model = build_model(model, size, seq_len=gpt_seq_len or T, seed=seed).to(self.device)
         self.model.train()
         self.params = sum(p.numel() for p in self.model.parameters())
         self.d_ff = self.model.cfg.d_ff
         self.opt = build_optimizer(self.model, self.cfg)
-        vocab = get_preset(preset).vocab_size
+        vocab = get_size(size).vocab_size
         g = torch.Generator().manual_seed(seed)
         # Uniform random tokens: the cost of a step does not depend on what the tokens say.
         self.train = torch.randint(0, vocab, (max(1 << 16, 4 * B * (T + 1)),), generator=g)
@@ -133,9 +133,9 @@ def time_pair(runners: dict, warmup: int, rounds: int, block_s: float) -> dict:
     return {"seconds_per_step": per_round, "steps_per_block": n}
 
 
-def bench_t(preset: str, T: int, B: int, device: str, warmup: int, rounds: int, block_s: float,
+def bench_t(size: str, T: int, B: int, device: str, warmup: int, rounds: int, block_s: float,
             gpt_seq_len: int | None = None) -> dict:
-    runners = {m: Runner(m, preset, T, B, device, gpt_seq_len=gpt_seq_len) for m in MODELS}
+    runners = {m: Runner(m, size, T, B, device, gpt_seq_len=gpt_seq_len) for m in MODELS}
     res = time_pair(runners, warmup, rounds, block_s)
     out = {"T": T, "B": B, "tokens_per_step": B * T}
     for m in MODELS:
@@ -177,10 +177,10 @@ def _status_kib(field: str) -> int:
 
 def memory_child(spec: str) -> None:
     """In a fresh process: the peak RSS of training steps above weights + optimiser state (one JSON line)."""
-    model, preset, T, B, threads, steps, *gpt_seq_len = spec.split(":")
+    model, size, T, B, threads, steps, *gpt_seq_len = spec.split(":")
     torch.set_num_threads(int(threads))
     torch.use_deterministic_algorithms(True, warn_only=True)
-    r = Runner(model, preset, int(T), int(B), "cpu", gpt_seq_len=int(gpt_seq_len[0]) if gpt_seq_len else None)
+    r = Runner(model, size, int(T), int(B), "cpu", gpt_seq_len=int(gpt_seq_len[0]) if gpt_seq_len else None)
     r.step()  # allocates AdamW's state; the thread pool and allocator are warm
     r.opt.zero_grad(set_to_none=True)
     try:
@@ -198,9 +198,9 @@ def memory_child(spec: str) -> None:
                       "rss_peak_MiB": peak / 1024, "method": method, "malloc_env": malloc, "params": r.params}))
 
 
-def cpu_step_memory(model: str, preset: str, T: int, B: int, threads: int, steps: int,
+def cpu_step_memory(model: str, size: str, T: int, B: int, threads: int, steps: int,
                     gpt_seq_len: int | None = None) -> dict:
-    spec = f"{model}:{preset}:{T}:{B}:{threads}:{steps}" + (f":{gpt_seq_len}" if gpt_seq_len else "")
+    spec = f"{model}:{size}:{T}:{B}:{threads}:{steps}" + (f":{gpt_seq_len}" if gpt_seq_len else "")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-m", "bench.lm", "--memory-child", spec],
                           cwd=root, env={**os.environ, **MALLOC_ENV}, capture_output=True, text=True, timeout=1800)
@@ -224,7 +224,7 @@ def cuda_step_memory(r: Runner) -> dict:
 # A section (CPU or CUDA)
 
 
-def bench_section(preset: str, ts: list[int], tokens: int, device: str, threads: int, quick: bool,
+def bench_section(size: str, ts: list[int], tokens: int, device: str, threads: int, quick: bool,
                   gpt_match: str = "per-t") -> dict:
     bad = [T for T in ts if tokens % T]
     if bad:
@@ -239,11 +239,11 @@ def bench_section(preset: str, ts: list[int], tokens: int, device: str, threads:
     for T in ts:
         B = tokens // T
         log(f"  {device} T={T} B={B}: timing SPEN and GPT, interleaved")
-        r = bench_t(preset, T, B, device, warmup, rounds, block_s, gpt_seq_len)
+        r = bench_t(size, T, B, device, warmup, rounds, block_s, gpt_seq_len)
         if device == "cpu":
             for m in MODELS:
                 log(f"  {device} T={T} B={B}: step memory of {m} (fresh process)")
-                mem = cpu_step_memory(m, preset, T, B, threads, mem_steps, gpt_seq_len)
+                mem = cpu_step_memory(m, size, T, B, threads, mem_steps, gpt_seq_len)
                 r[m].update(step_peak_MiB=mem["step_peak_MiB"], rss_base_MiB=mem["rss_base_MiB"],
                             rss_peak_MiB=mem["rss_peak_MiB"], memory_method=mem["method"],
                             malloc_env=mem["malloc_env"])
@@ -269,7 +269,7 @@ def bench_section(preset: str, ts: list[int], tokens: int, device: str, threads:
     return sec
 
 
-def run(preset: str, ts: list[int], tokens: int, threads: int | None, quick: bool,
+def run(size: str, ts: list[int], tokens: int, threads: int | None, quick: bool,
         gpu_tokens: int | None, gpt_match: str = "per-t") -> dict:
     t_start = time.perf_counter()
     machine = machine_info()
@@ -280,16 +280,16 @@ def run(preset: str, ts: list[int], tokens: int, threads: int | None, quick: boo
     # As the lm experiment trains (bit-identical resume on CPU; warn-only for CUDA kernels).
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        log(f"SPEN (linear predictor) vs matched GPT, preset {preset}, {tokens} tokens per step, {threads} threads")
-        report = {"machine": machine, "quick": quick, "preset": preset, "threads": threads,
+        log(f"SPEN (linear predictor) vs matched GPT, size {size}, {tokens} tokens per step, {threads} threads")
+        report = {"machine": machine, "quick": quick, "size": size, "threads": threads,
                   "threads_is_default": threads == machine["torch_threads"],
                   "predictor": "linear", "deterministic_algorithms": True}
-        report.update(bench_section(preset, ts, tokens, "cpu", threads, quick, gpt_match))
+        report.update(bench_section(size, ts, tokens, "cpu", threads, quick, gpt_match))
         report["gpu"] = None
         if torch.cuda.is_available():
             gt = gpu_tokens or 16 * tokens
             report["gpu"] = {"name": torch.cuda.get_device_name(0), "autocast": "bfloat16",
-                             **bench_section(preset, ts, gt, "cuda", threads, quick, gpt_match)}
+                             **bench_section(size, ts, gt, "cuda", threads, quick, gpt_match)}
     finally:
         torch.use_deterministic_algorithms(deterministic)
     report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 2)
@@ -329,7 +329,7 @@ def print_section(sec: dict, title: str) -> None:
 
 def print_table(r: dict) -> None:
     m = r["machine"]
-    print(f"LM training throughput{' (quick)' if r['quick'] else ''}, preset {r['preset']}: {m['cpu']}, "
+    print(f"LM training throughput{' (quick)' if r['quick'] else ''}, size {r['size']}: {m['cpu']}, "
           f"{m['cores']} cores, torch {m['torch']} ({r['threads']} threads"
           f"{', the default' if r['threads_is_default'] else ''})")
     print(f"load average {m['loadavg_start']} -> {m['loadavg_end']}; step = batch, forward, cross-entropy, "
@@ -348,7 +348,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.lm", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds, shorter blocks, one memory step")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--preset", default="tiny", help="model size (ema_core.lm.presets)")
+    p.add_argument("--size", default="tiny", help="model size (ema_core.lm.sizes)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
     p.add_argument("--ts", type=_ints, default=[256, 1024, 4096], help="context lengths, comma-separated")
     p.add_argument("--tokens-per-step", type=int, default=4096, help="B·T, the same for every T")
@@ -361,7 +361,7 @@ def main(argv=None) -> int:
     if args.memory_child:
         memory_child(args.memory_child)
         return 0
-    report = run(args.preset, args.ts, args.tokens_per_step, args.threads, args.quick, args.gpu_tokens_per_step,
+    report = run(args.size, args.ts, args.tokens_per_step, args.threads, args.quick, args.gpu_tokens_per_step,
                  args.gpt_match)
     if args.json:
         print(json.dumps(report, indent=2))

@@ -32,6 +32,7 @@ def test_bench_lm_quick_json():
     report = json.loads(proc.stdout)  # stdout holds exactly one JSON object
 
     assert report["ts"] == list(TS) and report["tokens_per_step"] == 256 and report["quick"] is True
+    assert report["size"] == "tiny" and "preset" not in report  # the model size, not a run preset
     for T in TS:
         assert _positive_finite(report[f"spen_over_gpt_t{T}"]), T
         row = report["by_t"][str(T)]

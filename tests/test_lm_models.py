@@ -4,7 +4,7 @@ import torch
 
 from ema_core.lm.gpt import GPT, GPTConfig, count_params
 from ema_core.lm.predictors import ATTN_INPUTS, PREDICTORS, causal_linear_attention, phi
-from ema_core.lm.presets import PRESETS, build_model, gpt_config, matched_gpt_config, param_count, spen_config
+from ema_core.lm.sizes import SIZES, build_model, gpt_config, matched_gpt_config, param_count, spen_config
 from ema_core.lm.spen import SPEN, SPENConfig, topk_count, topk_mask, topk_sparsify
 
 
@@ -96,15 +96,15 @@ def test_causal_linear_attention_matches_the_quadratic_form():
 
 # -- sizes ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("predictor,attn_input", WIRINGS)
-def test_gpt_matches_spen_size_at_every_preset(preset, predictor, attn_input):
-    s = param_count(spen_config(preset, predictor=predictor, attn_input=attn_input))
-    g = param_count(gpt_config(preset, predictor=predictor, attn_input=attn_input))
+def test_gpt_matches_spen_size_at_every_size(size, predictor, attn_input):
+    s = param_count(spen_config(size, predictor=predictor, attn_input=attn_input))
+    g = param_count(gpt_config(size, predictor=predictor, attn_input=attn_input))
     assert abs(g / s - 1) <= 0.05, (s, g)
 
 
-def test_paper_preset_is_about_130M():
+def test_paper_size_is_about_130M():
     assert 120e6 <= param_count(spen_config("paper")) <= 140e6
     assert spen_config("paper").k == 138  # 6 % of 2,304 FFN units
 
@@ -116,12 +116,12 @@ def test_meta_count_equals_the_built_model():
     assert param_count(gcfg) == count_params(GPT(gcfg))
 
 
-def test_build_model_from_a_preset_name():
+def test_build_model_from_a_size_name():
     m = build_model("spen", "tiny", vocab_size=300, predictor="linear_attention", attn_input="sequence", seed=3)
-    assert isinstance(m, SPEN) and m.cfg.vocab_size == 300 and m.cfg.d_model == PRESETS["tiny"].d_model
+    assert isinstance(m, SPEN) and m.cfg.vocab_size == 300 and m.cfg.d_model == SIZES["tiny"].d_model
     g = build_model("gpt", "tiny", vocab_size=300, predictor="linear_attention", attn_input="sequence")
-    assert isinstance(g, GPT) and g.cfg.seq_len == PRESETS["tiny"].seq_len
-    with pytest.raises(ValueError, match="preset"):
+    assert isinstance(g, GPT) and g.cfg.seq_len == SIZES["tiny"].seq_len
+    with pytest.raises(ValueError, match="size"):
         spen_config("huge")
     with pytest.raises(ValueError, match="model"):
         build_model("mamba", "tiny")

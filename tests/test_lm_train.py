@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.lm.presets import build_model
+from ema_core.lm.sizes import build_model
 from ema_core.lm.train import Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
 
 V = 64
-# A small model of each kind: the tiny preset narrowed further, so a test trains in seconds.
+# A small model of each kind: the tiny size narrowed further, so a test trains in seconds.
 SMALL = dict(d_model=32, n_layers=2, n_heads=2, d_ff=96)
 
 

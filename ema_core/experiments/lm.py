@@ -2,7 +2,7 @@
 
 One run is one (model, predictor, attention input, size, corpus, seed).  The corpus is read through
 HF ``datasets`` and cut by a BPE trained on its training split (:mod:`ema_core.lm.data`, cached by
-content hash); the model comes from :mod:`ema_core.lm.presets` (the GPT is the one matched in size
+content hash); the model comes from :mod:`ema_core.lm.sizes` (the GPT is the one matched in size
 to the SPEN of the same settings); :func:`ema_core.lm.train.train_lm` trains it, checkpoints it and
 evaluates it on the held-out text.
 
@@ -20,17 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import field_like
 from ema_core.lm.data import LMDataConfig, prepare, tokenizer_json
-from ema_core.lm import predictors, presets
-from ema_core.lm.presets import build_model
+from ema_core.lm import predictors, sizes
+from ema_core.lm.sizes import build_model
 from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter
 
 KIND = "lm"
 # The choice lists come from the registries that build the models (one declaration each).
-MODELS = presets.MODELS
+MODELS = sizes.MODELS
 PREDICTORS = tuple(predictors.PREDICTORS)
 ATTN_INPUTS = predictors.ATTN_INPUTS
-SIZES = tuple(presets.PRESETS)
+SIZES = tuple(sizes.SIZES)
 
 
 class LMConfig(BaseModel):

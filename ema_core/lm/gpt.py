@@ -9,7 +9,7 @@ Per token, with x the residual stream::
         x = x + W_2 · gelu(W_1 · norm_2(x))                dense FFN, width d_ff
     logits = norm_f(x) · wteᵀ                              tied input/output embeddings
 
-``d_ff`` is the knob that makes the sizes equal: :func:`ema_core.lm.presets.matched_gpt_config`
+``d_ff`` is the knob that makes the sizes equal: :func:`ema_core.lm.sizes.matched_gpt_config`
 picks it so that the total parameter count lies within a few percent of the SPEN it is compared to.
 
 The helpers at the top (norm, init, parameter count) are shared with SPEN, so that the two models

@@ -28,8 +28,8 @@ from ema_core.lm.spen import SPEN, SPENConfig
 MODELS = ("spen", "gpt")
 
 
-class Preset(BaseModel):
-    """The sizes a preset fixes; everything else keeps its config default."""
+class ModelSize(BaseModel):
+    """The dimensions a model size fixes; everything else keeps its config default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -41,24 +41,24 @@ class Preset(BaseModel):
     seq_len: int = Field(..., ge=1, le=131_072, description="training context (GPT's positional table)")
 
 
-PRESETS: dict[str, Preset] = {
-    "tiny": Preset(d_model=128, n_layers=4, n_heads=4, d_ff=384, vocab_size=4096, seq_len=256),
-    "small": Preset(d_model=384, n_layers=6, n_heads=6, d_ff=1152, vocab_size=8192, seq_len=512),
-    "paper": Preset(d_model=768, n_layers=12, n_heads=12, d_ff=2304, vocab_size=50257, seq_len=1024),
+SIZES: dict[str, ModelSize] = {
+    "tiny": ModelSize(d_model=128, n_layers=4, n_heads=4, d_ff=384, vocab_size=4096, seq_len=256),
+    "small": ModelSize(d_model=384, n_layers=6, n_heads=6, d_ff=1152, vocab_size=8192, seq_len=512),
+    "paper": ModelSize(d_model=768, n_layers=12, n_heads=12, d_ff=2304, vocab_size=50257, seq_len=1024),
 }
 
 
-def get_preset(name: str) -> Preset:
+def get_size(name: str) -> ModelSize:
     """The named size, or a ValueError listing the names; shared with ``bench.lm``."""
-    if name not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
-    return PRESETS[name]
+    if name not in SIZES:
+        raise ValueError(f"size must be one of {tuple(SIZES)}, got {name!r}")
+    return SIZES[name]
 
 
-def spen_config(preset: str, *, vocab_size: int | None = None, predictor: str = "linear",
+def spen_config(size: str, *, vocab_size: int | None = None, predictor: str = "linear",
                 attn_input: str = "state", **overrides) -> SPENConfig:
-    """A preset's SPEN; ``overrides`` set any other :class:`SPENConfig` field."""
-    p = get_preset(preset)
+    """A size's SPEN; ``overrides`` set any other :class:`SPENConfig` field."""
+    p = get_size(size)
     fields = dict(d_model=p.d_model, n_layers=p.n_layers, n_heads=p.n_heads, d_ff=p.d_ff,
                   vocab_size=vocab_size or p.vocab_size, predictor=predictor, attn_input=attn_input)
     return SPENConfig(**{**fields, **overrides})
@@ -87,19 +87,19 @@ def matched_gpt_config(spen: SPENConfig, *, seq_len: int = 1024, multiple: int =
     return GPTConfig(**base, d_ff=max(multiple, multiple * round(d_ff / multiple)))
 
 
-def gpt_config(preset: str, *, vocab_size: int | None = None, predictor: str = "linear",
+def gpt_config(size: str, *, vocab_size: int | None = None, predictor: str = "linear",
                attn_input: str = "state", seq_len: int | None = None, **spen_overrides) -> GPTConfig:
-    """The baseline matched to ``spen_config(preset, ...)`` with the same arguments."""
-    spen = spen_config(preset, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
-    return matched_gpt_config(spen, seq_len=seq_len or get_preset(preset).seq_len)
+    """The baseline matched to ``spen_config(size, ...)`` with the same arguments."""
+    spen = spen_config(size, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
+    return matched_gpt_config(spen, seq_len=seq_len or get_size(size).seq_len)
 
 
-def build_model(model: str, preset: str, *, vocab_size: int | None = None, predictor: str = "linear",
+def build_model(model: str, size: str, *, vocab_size: int | None = None, predictor: str = "linear",
                 attn_input: str = "state", seq_len: int | None = None, seed: int = 0, **spen_overrides) -> nn.Module:
-    """``"spen"`` or ``"gpt"`` at a preset, initialised from ``seed``; the GPT is the one matched to that SPEN."""
+    """``"spen"`` or ``"gpt"`` at a size, initialised from ``seed``; the GPT is the one matched to that SPEN."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    spen = spen_config(preset, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
+    spen = spen_config(size, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
     if model == "spen":
         return SPEN(spen, seed=seed)
-    return GPT(matched_gpt_config(spen, seq_len=seq_len or get_preset(preset).seq_len), seed=seed)
+    return GPT(matched_gpt_config(spen, seq_len=seq_len or get_size(size).seq_len), seed=seed)
