@@ -49,11 +49,12 @@ st.dataframe(frame, hide_index=True, height=min(420, 38 + 35 * max(len(frame), 1
              column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in formats.items()})
 if len(frame):
     stem = table + ("-grouped" if grouped and can_group else "")
+    # Keyed by the table: a button offered for the table picked before cannot be clicked for this one.
     with st.container(horizontal=True, gap="small"):
         for fmt in FORMATS:
             st.download_button(
                 LABEL.get(fmt, fmt), lambda fmt=fmt: render_table(table, fmt, run_ids, grouped and can_group),
-                file_name=stem + FORMATS[fmt], mime=MIME.get(fmt), key=f"export_{fmt}", on_click="ignore",
+                file_name=stem + FORMATS[fmt], mime=MIME.get(fmt), key=f"export_{stem}_{fmt}", on_click="ignore",
                 icon=":material/download:",
             )
 

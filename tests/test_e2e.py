@@ -336,7 +336,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         rows = page.get_by_text(re.compile(r"^\d+ rows$"))
         assert int(rows.inner_text().split()[0]) >= int(JOB_OVERRIDES["max_lag"]) + 1  # a row per lag
         with page.expect_download(timeout=WAIT_MS) as info:
-            page.locator(".st-key-export_latex").get_by_role("button").click()
+            page.locator(".st-key-export_dilution_accuracy_latex").get_by_role("button").click()
         download = info.value
         assert download.suggested_filename == "dilution_accuracy.tex"
         tex = Path(download.path()).read_text()
@@ -558,7 +558,7 @@ def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, ema
         _open_export_table(page, app_url, "lm_eval")
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         with page.expect_download(timeout=WAIT_MS) as info:
-            page.locator(".st-key-export_latex").get_by_role("button").click()
+            page.locator(".st-key-export_lm_eval_latex").get_by_role("button").click()
         tex = Path(info.value.path()).read_text()
         assert "\\caption{" in tex and "\\label{tab:lm_eval}" in tex, tex
         header = next(line for line in tex.splitlines() if "run_id" in line or "model" in line)
