@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from ema_core.rundir import wait_for
 from jobs import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,13 +96,15 @@ def test_user_story_background_kill_resume_export(home):
     run_id = launched["run_id"]
 
     # Watch its progress rise, then kill its worker the hard way.
-    seen, deadline = [], time.monotonic() + PATIENCE
-    while len({p for p in seen if 0 < p < 1}) < 2:
+    seen = []
+
+    def progressed() -> bool:
         info = show(run_id)
         assert info["state"] in ("queued", "running"), info
         seen.append(info["progress"])
-        assert time.monotonic() < deadline, f"the job never made progress: {seen[-5:]}"
-        time.sleep(0.02)
+        return len({p for p in seen if 0 < p < 1}) >= 2
+
+    assert wait_for(progressed, PATIENCE, 0.02), f"the job never made progress: {seen[-5:]}"  # liveness only
     rising = [p for p in seen if p > 0]
     assert rising == sorted(rising) and rising[-1] > rising[0]
     pid = json.loads((home / "runs" / run_id / "status.json").read_text())["pid"]
@@ -111,16 +113,16 @@ def test_user_story_background_kill_resume_export(home):
 
     # The separate processes the story needs are the launch and the resume (each must leave a
     # worker behind and exit); looking, exporting and checking go through the same main in-process.
-    deadline = time.monotonic() + PATIENCE
-    while True:
+    rows = {}
+
+    def noticed() -> bool:
         p = in_process("jobs", "list", "--json")
         assert p.returncode == 0, p.stderr
-        rows = {r["run_id"]: r for r in one_object(p.stdout)["jobs"]}
-        if rows[run_id]["state"] == "crashed":
-            break
-        assert rows[run_id]["state"] == "running", rows[run_id]
-        assert time.monotonic() < deadline, f"the killed worker was never noticed: {rows[run_id]}"
-        time.sleep(0.2)
+        rows.update({r["run_id"]: r for r in one_object(p.stdout)["jobs"]})
+        assert rows[run_id]["state"] in ("running", "crashed"), rows[run_id]
+        return rows[run_id]["state"] == "crashed"
+
+    assert wait_for(noticed, PATIENCE, 0.2), f"the killed worker was never noticed: {rows.get(run_id)}"
     assert rows[run_id]["progress"] < 1
 
     # Nothing was ingested yet (background runs are not): a bad --out must not create the store.
@@ -134,11 +136,17 @@ def test_user_story_background_kill_resume_export(home):
     assert p.returncode == 0, p.stderr
     resumed = one_object(p.stdout)
     assert resumed["run_id"] == run_id and resumed["state"] in ("queued", "running")
-    after, deadline = [], time.monotonic() + PATIENCE
-    while (info := show(run_id))["state"] in ("queued", "running"):
-        after.append(info["progress"])
-        assert time.monotonic() < deadline, f"the resumed job never finished: {info}"
-        time.sleep(0.05)
+    after, last = [], {}
+
+    def ended() -> bool:
+        last.update(show(run_id))
+        if last["state"] in ("queued", "running"):
+            after.append(last["progress"])
+            return False
+        return True
+
+    assert wait_for(ended, PATIENCE), f"the resumed job never finished: {last}"
+    info = last
     assert info["state"] == "done", info["message"]
     assert info["attempts"] == 2 and info["progress"] == 1.0
     assert info["summary"]["acc_lag0/α=0.5"] > 0.5  # it decodes the current token
@@ -264,14 +272,14 @@ def test_ctrl_c_cancels_a_foreground_run(home):
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        deadline = time.monotonic() + PATIENCE
-        while True:
+        def started() -> bool:
             status = [json.loads(p.read_text()) for p in home.glob("runs/*/status.json")]
             if status and status[0].get("progress", 0) > 0:
-                break
+                return True
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never made progress"
-            time.sleep(0.05)
+            return False
+
+        assert wait_for(started, PATIENCE), "the run never made progress"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=PATIENCE)  # liveness: a cancelled run stops at its next step
     finally:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ema_core.rundir import RunDir, run_id_for
+from ema_core.rundir import RunDir, run_id_for, wait_for
 from store.db import check, open_store
 from store.ingest import ingest
 
@@ -165,11 +165,11 @@ def _stress(home: Path, seconds: float) -> None:
             p.join(seconds + PATIENCE)
         # The others go on until each has made its passes (readers: with rows to read), so that a
         # slow machine lengthens the run instead of failing it.
-        deadline = time.monotonic() + PATIENCE
-        while min(v.value for v in progress) < ROUNDS:
+        def passes_made() -> bool:
             assert all(p.is_alive() for p in others), [p.exitcode for p in others]
-            assert time.monotonic() < deadline, f"passes never made: {[v.value for v in progress]}"
-            time.sleep(0.1)
+            return min(v.value for v in progress) >= ROUNDS
+
+        assert wait_for(passes_made, PATIENCE, 0.1), f"passes never made: {[v.value for v in progress]}"
         time.sleep(0.5)  # one more ingest pass after the last events, while readers still read
         stop.set()
         for p in others:
