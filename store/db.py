@@ -204,6 +204,18 @@ def _open_error(exc: Exception, path: Path) -> StoreError | StorageError:
 _FILE_HEADERS = 3 * 4096
 
 
+# Store file → the stamp it had when this process last closed it after writing (whole by then).
+_WHOLE: dict[str, tuple[int, int, int] | None] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _check_whole(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Raise ``DamagedStoreError`` when the file is shorter than the blocks its tables use."""
     try:
@@ -405,7 +417,11 @@ def _write_session(home: Path, deadline: float, timeout: float,
                 probe = _connect(path, True, deadline, timeout)
                 try:
                     _refuse(*_inspect(probe), path)
-                    _check_whole(probe, path)  # a writer would append after the gap and hide it
+                    # A writer would append after a gap and hide it.  The file this process left
+                    # whole, unchanged since (same inode, size and time), is not measured again:
+                    # the app ingests on every page load.
+                    if _WHOLE.get(str(path)) != _stamp(path):
+                        _check_whole(probe, path)
                 except duckdb.Error as exc:
                     raise _unreadable(exc, path) or StoreError(f"cannot read the store {path}: {exc}") from exc
                 finally:
@@ -428,6 +444,7 @@ def _write_session(home: Path, deadline: float, timeout: float,
                 conn.close()  # checkpoints the write-ahead log into the file
             except duckdb.Error as exc:
                 raise _unreadable(exc, path) or StoreError(f"closing {path} failed: {exc}") from exc
+            _WHOLE[str(path)] = _stamp(path)
         finally:
             lock.release()
     finally:

@@ -443,6 +443,22 @@ def test_a_store_cut_short_is_refused_and_left_as_it_is(copy_home):
     assert _snapshot(copy_home) == before
 
 
+def test_a_store_cut_after_this_process_wrote_it_is_still_refused(copy_home):
+    # The process remembers the store it left whole, to skip measuring it on every page load; a
+    # file cut since then has another size, and is measured (and refused) again.
+    from ema_core.rundir import RunDir
+    from store import DamagedStoreError, ingest
+
+    store = copy_home / "emalab.duckdb"
+    RunDir.for_id("dilution-late-s0", copy_home).create("dilution", {"steps": 1}, 0)
+    ingest(home=copy_home)  # a write: the process now knows this file as whole
+    with open(store, "r+b") as fh:
+        fh.truncate(store.stat().st_size // 2)
+    RunDir.for_id("dilution-later-s0", copy_home).create("dilution", {"steps": 2}, 0)
+    with pytest.raises(DamagedStoreError, match="damaged"):
+        ingest(home=copy_home)
+
+
 def test_a_run_with_a_damaged_config_is_listed_as_damaged_and_hides_no_other(world, copy_home):
     import shutil
 
