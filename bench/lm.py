@@ -85,7 +85,7 @@ class Runner:
         self.params = sum(p.numel() for p in self.model.parameters())
         self.d_ff = self.model.cfg.d_ff
         self.opt = build_optimizer(self.model, self.cfg)
-        vocab = get_size(size).vocab_size
+        vocab = get_size(size).shape.vocab_size
         g = torch.Generator().manual_seed(seed)
         # Uniform random tokens: the cost of a step does not depend on what the tokens say.
         self.train = torch.randint(0, vocab, (max(1 << 16, 4 * B * (T + 1)),), generator=g)

@@ -54,7 +54,7 @@ FEATURES = ("α=0.5", "α=0.1", "α=0.02", "all rates")
 MAX_LAG = 24
 SEEDS_PER_CONFIG = 10
 # Fields varied between configs (5 x 2 x 5 x 2 = 100 configs): grouping across seeds has work to do.
-GRID = [dict(vocab=v, dim=d, lr=lr, window=w)
+GRID = [{"stream": {"vocab": v, "dim": d, "window": w}, "train": {"lr": lr}}
         for v in (16, 32, 64, 128, 256) for d in (32, 64) for lr in (0.005, 0.01, 0.02, 0.05, 0.1) for w in (1, 2)]
 HOST = "bench-node-1"  # not this machine: a "running" run must not be taken for a dead local worker
 RUN_SPACING = timedelta(minutes=40)
@@ -148,10 +148,10 @@ def _write_run_folder(runs_dir: Path, i: int, n_runs: int, created: datetime, la
     record = {"run_id": run_id, "kind": KIND, "config": config, "seed": seed, "created": _iso(created),
               "code_version": "f564755c0ffe", "host": HOST}
     (rd / "config.json").write_text(json.dumps(record, indent=2, sort_keys=True))
-    chance = 1.0 / grid["vocab"]
+    chance = 1.0 / grid["stream"]["vocab"]
     values = _metric_values(rng, chance, steps, sets, keys)
     n_bytes, metrics = _write_events(rd, run_id, started, steps, keys, values)
-    status = _status(i, state, created, started, ended, config["steps"], steps, keys, values)
+    status = _status(i, state, created, started, ended, config["train"]["steps"], steps, keys, values)
     (rd / "status.json").write_text(json.dumps(status, sort_keys=True))
     (rd / "log.txt").write_text("".join(f"[{FEATURES[s]}] step {t} loss {v:.4f}\n"
                                         for s, t, v in zip(sets[-40:], steps[-40:], values[-40:])))
@@ -170,9 +170,10 @@ def _run_config(i: int, keys: list[str]) -> tuple[dict, int, dict]:
     grid = GRID[(i // SEEDS_PER_CONFIG) % len(GRID)]
     seed = i % SEEDS_PER_CONFIG + SEEDS_PER_CONFIG * (i // (SEEDS_PER_CONFIG * len(GRID)))
     loss_events = max(1, sum(k.startswith("loss/") for k in keys) // len(FEATURES))
-    config = {"alphas": [0.5, 0.1, 0.02], "include_all": True, "max_lag": MAX_LAG, "n_train": 4096,
-              "n_test": 1024, "steps": 10 * loss_events, "batch": 256, "log_every": 10,
-              "checkpoint_every": 50, "seed": seed, **grid}
+    config = {"alphas": [0.5, 0.1, 0.02], "include_all": True, "seed": seed,
+              "stream": {"max_lag": MAX_LAG, "n_train": 4096, "n_test": 1024, **grid["stream"]},
+              "train": {"steps": 10 * loss_events, "batch": 256, "log_every": 10, "checkpoint_every": 50,
+                        **grid["train"]}}
     return grid, seed, config
 
 

@@ -4,27 +4,42 @@ One pydantic model per experiment; ``model_dump_json()`` is what a run stores an
 """
 from __future__ import annotations
 
-import copy
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 
 PAPER_ALPHAS = (0.5, 0.1, 0.02)  # fast, medium, slow: the paper's three rates (Figure 1)
 
 
-class DilutionConfig(BaseModel):
-    """Identity decoding from EMA traces of random token streams (see :mod:`ema_core.dilution`)."""
+def seed_field(description: str) -> Any:
+    """The seed every config has: one set of bounds (an unsigned 32-bit integer, numpy's limit)."""
+    return Field(0, ge=0, le=2**32 - 1, description=description)
+
+
+class StreamConfig(BaseModel):
+    """The random token stream, its traces and what is decoded from them: shared by the closed-form
+    measurement (:class:`DilutionConfig`) and the trained sweep (its ``stream`` group)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    alphas: tuple[float, ...] = Field(PAPER_ALPHAS, min_length=1, max_length=8)
     vocab: int = Field(64, ge=2, le=4096, description="V: words in the random stream")
     dim: int = Field(64, ge=1, le=1024, description="D: embedding dimension")
     max_lag: int = Field(24, ge=0, le=256, description="decode the token at lags 0..max_lag")
     window: int = Field(1, ge=1, le=64, description="trace states the decoder reads: 1 = current state only")
     n_train: int = Field(8192, ge=64, le=1_000_000)
     n_test: int = Field(2048, ge=64, le=1_000_000)
+
+
+class DilutionConfig(StreamConfig):
+    """Identity decoding from EMA traces of random token streams (see :mod:`ema_core.dilution`).
+
+    The stream's settings are :class:`StreamConfig`'s, inherited (one declaration of each bound).
+    """
+
+    alphas: tuple[float, ...] = Field(PAPER_ALPHAS, min_length=1, max_length=8)
     ridge: float = Field(1e-2, gt=0, le=1e6, description="ridge penalty per training sample, on standardised features")
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    seed: int = seed_field("seed of the stream, its embeddings and the split")
 
     @field_validator("alphas")
     @classmethod
@@ -42,19 +57,74 @@ def check_rates(v: tuple[float, ...], distinct: bool = False) -> tuple[float, ..
     return tuple(float(a) for a in v)
 
 
-def field_like(model: type[BaseModel], name: str, default=None, description: str | None = None):
-    """``model``'s field ``name`` (bounds, description, default) for another config to declare.
+def setting_fields(cls: type[BaseModel]) -> dict[str, FieldInfo]:
+    """Every leaf setting of a config class by its dotted path (``train.lr``), in declaration order.
 
-    An experiment's settings are flat (``--set units=128`` on the command line), so they repeat the
-    fields of the component configs they feed; borrowing the field keeps one definition of each
-    bound.  ``default`` and ``description`` override the borrowed ones.
+    A field whose type is itself a config is a group: its settings are walked, not listed whole.
     """
-    info = copy.deepcopy(model.model_fields[name])
-    if default is not None:
-        info.default = default
-    if description is not None:
-        info.description = description
-    return info
+    out: dict[str, FieldInfo] = {}
+    for name, info in cls.model_fields.items():
+        if is_group(info):
+            out.update({f"{name}.{sub}": f for sub, f in setting_fields(info.annotation).items()})
+        else:
+            out[name] = info
+    return out
+
+
+def is_group(info: FieldInfo) -> bool:
+    return isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+
+
+def resolve_setting(cls: type[BaseModel], key: str, aliases: dict[str, str] | None = None,
+                    what: str = "the config") -> str:
+    """The dotted path ``key`` names: itself, a declared alias, or a leaf name unique in the tree.
+
+    ``--set lr=…`` is short for ``train.lr`` while only one group has an ``lr``; where two do,
+    the error names both paths.
+    """
+    paths = setting_fields(cls)
+    if key in paths:
+        return key
+    if aliases and key in aliases:
+        return aliases[key]
+    leaves = [p for p in paths if p.rsplit(".", 1)[-1] == key]
+    if len(leaves) == 1:
+        return leaves[0]
+    shown = key if isinstance(key, str) and key.replace(".", "_").isidentifier() else repr(key)  # one line
+    if leaves:
+        raise ValueError(f"{shown}: more than one setting of {what} is called that; say {' or '.join(leaves)}")
+    raise ValueError(f"{shown}: not a setting of {what}; settings: {', '.join(paths)}")
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"train.lr": 1e-3, "seed": 0}`` → ``{"train": {"lr": 1e-3}, "seed": 0}``."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        *groups, leaf = path.split(".")
+        node = out
+        for g in groups:
+            node = node.setdefault(g, {})
+        node[leaf] = value
+    return out
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The inverse of :func:`nest`: a nested dict (a dumped config) as dotted paths → values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def short_names(paths: list[str] | tuple[str, ...] | dict) -> dict[str, str]:
+    """Each dotted path by its last part where no other path ends the same (``train.lr`` → ``lr``),
+    else whole: the names a label shows."""
+    leaves = [p.rsplit(".", 1)[-1] for p in paths]
+    return {p: leaf if leaves.count(leaf) == 1 else p for p, leaf in zip(paths, leaves)}
 
 
 def config_error(exc: ValidationError) -> str:

@@ -26,7 +26,7 @@ import pandas as pd
 from scipy import linalg
 
 from ema_core.blas import blas_limit
-from ema_core.config import DilutionConfig
+from ema_core.config import DilutionConfig, StreamConfig
 from ema_core.jit import njit, prange
 from ema_core.scan import ema_scan, validate_alphas
 
@@ -108,12 +108,11 @@ def _burn_in(alphas: np.ndarray) -> int:
     return 0 if slow >= 1.0 else min(int(math.ceil(math.log(1e-3) / math.log1p(-slow))), 20_000)
 
 
-def random_stream(cfg, backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
-    """The measurement's data, a pure function of ``cfg`` (any config with alphas, vocab, dim,
-    max_lag, window, n_train, n_test and seed): tokens (T,), traces (T, K, D) float32, and the
-    first step whose lags and window all lie inside the stream."""
-    a = validate_alphas(cfg.alphas)
-    rng = np.random.default_rng(cfg.seed)
+def random_stream(cfg: StreamConfig, alphas, seed: int, backend: str = "numba") -> tuple[np.ndarray, np.ndarray, int]:
+    """The measurement's data, a pure function of (stream settings, rates, seed): tokens (T,),
+    traces (T, K, D) float32, and the first step whose lags and window all lie inside the stream."""
+    a = validate_alphas(alphas)
+    rng = np.random.default_rng(seed)
     first = _burn_in(a) + cfg.max_lag + cfg.window - 1
     T = first + cfg.n_train + cfg.n_test
     tokens = rng.integers(0, cfg.vocab, size=T)
@@ -190,7 +189,7 @@ def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> Identity
 def _measure(cfg: DilutionConfig) -> pd.DataFrame:
     a = np.asarray(cfg.alphas, dtype=np.float64)
     K, V, D, L, Wn = a.size, cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
-    tokens, traces, first = random_stream(cfg)
+    tokens, traces, first = random_stream(cfg, cfg.alphas, cfg.seed)
     T = len(tokens)
 
     steps = np.arange(first, T)

@@ -61,7 +61,7 @@ slept  verb_intrans
 "the" is agent_det here but would be patient_det in "a cat chased the dog .": same word,
 different role — a structure-dependent role. "who" is rel_pronoun wherever it appears — lexical.
 
-Splits.  ``sample_sentences(cfg, seed, split)`` is a pure function of (cfg, seed, split):
+Splits.  ``sample_sentences(cfg, n, seed, split)`` is a pure function of (cfg, n, seed, split):
     train   the six structures at depth 1, drawn with ``cfg.structure_weights``.
     test    the same distribution, held-out sentences only (within-grammar test set).
     novel   the same distribution, but every open-class slot (noun, adj, verb_i, verb_t, verb_c)
@@ -87,6 +87,7 @@ reset mask for EMA traces when traces are reset at sentence boundaries (PAPER.md
 from __future__ import annotations
 
 import hashlib
+import numbers
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -270,11 +271,10 @@ def _pools(novel: bool) -> dict[str, np.ndarray]:
 
 
 class GrammarConfig(BaseModel):
-    """Sentence sampling for the grammar study; the seed is passed beside it, one per split draw."""
+    """The grammar's sampling settings; how many sentences, and the seed, are passed beside it per draw."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_sentences: int = Field(2000, ge=1, le=1_000_000, description="sentences per split")
     structure_weights: tuple[float, ...] = Field(
         (1.0,) * N_STRUCTURES, min_length=N_STRUCTURES, max_length=N_STRUCTURES,
         description="relative frequency of the six structures (train, test, novel)",
@@ -300,8 +300,13 @@ def is_held_out(tokens: tuple[int, ...], fraction: float) -> bool:
     return int.from_bytes(h, "little") < fraction * 2**64
 
 
-def sample_sentences(cfg: GrammarConfig, seed: int, split: Split) -> list[Sentence]:
-    """``cfg.n_sentences`` sentences of one split; a pure function of (cfg, seed, split)."""
+MAX_SENTENCES = 1_000_000
+
+
+def sample_sentences(cfg: GrammarConfig, n: int, seed: int, split: Split) -> list[Sentence]:
+    """``n`` sentences of one split; a pure function of (cfg, n, seed, split)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_SENTENCES:
+        raise ValueError(f"n must be a whole number of sentences in [1, {MAX_SENTENCES:,}], got {n!r}")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLITS.index(split),)))
@@ -320,7 +325,7 @@ def sample_sentences(cfg: GrammarConfig, seed: int, split: Split) -> list[Senten
     want_held_out = None if split == "novel" else split != "train"
 
     out: list[Sentence] = []
-    while len(out) < cfg.n_sentences:
+    while len(out) < int(n):
         s = int(rng.choice(structs, p=p))
         t = templates[s]
         for _ in range(10_000):  # a structure's held-out share is ~fraction; this never runs out

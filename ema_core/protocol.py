@@ -4,7 +4,7 @@ An experiment is a pure function of its config: ``run(config, reporter) -> resul
 nothing of processes, run folders or Ray; the job runner hands it a :class:`Reporter` backed by a
 run folder, a test or notebook hands it a :class:`NullReporter`.
 
-It sits below every experiment and model (it imports no module of ema_core), so the training loops
+It sits below every experiment and model (of ema_core it imports only the run-folder format), so the training loops
 of :mod:`ema_core.bigru` and :mod:`ema_core.lm.train` import it at the top like anything else, and
 the worker takes :class:`Cancelled` from it without loading an experiment.  Torch is imported only
 where a :class:`NullReporter` keeps a checkpoint, for the same reason: the worker imports this module
@@ -13,11 +13,14 @@ before it holds the run's lock (see :mod:`jobs.worker`).
 from __future__ import annotations
 
 import io
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+
+from ema_core.rundir import current_config
 
 
 class Cancelled(Exception):
@@ -121,13 +124,42 @@ class NullReporter:
         return step, torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
+@dataclass(frozen=True)
+class StoredConfig:
+    """A run's config as its checkpoints keep it (JSON text) and recognise it when the run resumes.
+
+    A checkpoint written before configs were nested holds the flat form; it is read in today's
+    shape (:func:`ema_core.rundir.current_config`) and compared as a config, so an older run still
+    resumes from where it stopped.
+    """
+
+    kind: str
+    config: BaseModel
+
+    def dump(self) -> str:
+        return self.config.model_dump_json()
+
+    def matches(self, stored: Any) -> bool:
+        if stored == self.dump():
+            return True
+        try:
+            return type(self.config).model_validate(current_config(self.kind, json.loads(stored))) == self.config
+        except (TypeError, ValueError, ValidationError):
+            return False
+
+
+def stored(state: dict) -> dict:
+    """``state`` with each :class:`StoredConfig` written as its JSON, as a checkpoint holds it."""
+    return {key: value.dump() if isinstance(value, StoredConfig) else value for key, value in state.items()}
+
+
 def check_checkpoint(state: dict, *, what: str, fmt: int, keys: tuple[str, ...] = (),
                      expect: dict[str, Any] | None = None) -> None:
     """Refuse a checkpoint that is not one of this run: shared by every experiment that resumes.
 
     ``keys`` (and every key of ``expect``) must be present, else "checkpoint lacks [...]: not a
     ``what``"; its ``format`` must be ``fmt``; and each ``expect`` value must equal the stored one (the
-    run's identity, usually its config), else "checkpoint was written for another KEY".  Each problem
+    run's identity, usually its config: a :class:`StoredConfig`), else "checkpoint was written for another KEY".  Each problem
     is a ``ValueError`` on one line.
     """
     expect = expect or {}
@@ -137,5 +169,5 @@ def check_checkpoint(state: dict, *, what: str, fmt: int, keys: tuple[str, ...] 
     if state["format"] != fmt:
         raise ValueError(f"checkpoint format {state['format']} is not {fmt}")
     for key, value in expect.items():
-        if state[key] != value:
+        if not (value.matches(state[key]) if isinstance(value, StoredConfig) else state[key] == value):
             raise ValueError(f"checkpoint was written for another {key}")

@@ -4,7 +4,7 @@ Workers never open the DuckDB store (one process may hold it read-write, and the
 open it at all).  They write their run folder; ``store.ingest`` is the only writer of the store.
 This format is the contract between the two: it lives here, beside the science and below both,
 so that the job runner and the store each import it and neither imports the other.  It imports
-only the standard library and ``ema_core.paths``.
+only the standard library, ``ema_core.paths`` and ``ema_core.config`` (the shape of a config).
 
 Layout of ``$EMALAB_HOME/runs/<run_id>/``::
 
@@ -43,6 +43,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterator
 
+from ema_core.config import nest
 from ema_core.paths import emalab_home  # the one rule for the data folder, shared with ema_core
 
 STATES = ("queued", "running", "done", "failed", "cancelled", "crashed")
@@ -62,6 +63,39 @@ class CheckpointError(RuntimeError):
 
 class DamagedRunError(ValueError):
     """A file of a run folder is not what EMA Lab writes there; the message is one line naming it."""
+
+
+def _moved(group: str, names: str) -> dict[str, str]:
+    return {name: f"{group}.{name}" for name in names.split()}
+
+
+# Run folders made before configs were nested hold flat configs ("steps", "hebbian_lr").  Each
+# flat name that moved, by kind, to its path today.  Frozen: it describes files that exist, so a
+# later change of the configs adds a map of its own rather than editing this one.  The same names
+# stay accepted by ``--set`` (ema_core.experiments.build_config) as short aliases.
+FLAT_CONFIG_PATHS: dict[str, dict[str, str]] = {
+    "dilution": {**_moved("stream", "vocab dim max_lag window n_train n_test"),
+                 **_moved("train", "steps batch lr log_every checkpoint_every")},
+    "structure": {**_moved("grammar", "deep_depth held_out_fraction"),
+                  **_moved("spcn", "code_dim units k rates reset_at_sentence context_gain passes precision_rate "
+                                   "precision_clip"),
+                  "hebbian_lr": "spcn.lr", "hebbian_batch": "spcn.batch",
+                  **{f"bigru_{name}": f"bigru.{name}" for name in "embed hidden max_epochs patience unk_dropout".split()}},
+    "lm": {**_moved("data", "corpus val_doc val_fraction max_docs max_chars tokenizer vocab_size"),
+           **_moved("train", "steps batch seq_len lr min_lr_frac warmup weight_decay beta2 grad_clip eval_every "
+                             "eval_tokens final_eval_tokens log_every checkpoint_every")},
+}
+
+
+def current_config(kind: str, config: dict) -> dict:
+    """A stored config in today's shape: a flat one of an older run folder is nested, others pass as they are.
+
+    Only names move; values are not checked here (the worker validates the config it runs).
+    """
+    moves = FLAT_CONFIG_PATHS.get(kind, {})
+    if not any(key in moves for key in config):
+        return config
+    return nest({moves.get(key, key): value for key, value in config.items()})
 
 
 _JSON_TYPES = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean",
@@ -254,8 +288,10 @@ class RunDir:
         return record
 
     def read_config(self) -> dict:
-        """config.json; ``DamagedRunError`` when it is not the object :meth:`create` writes."""
-        return read_json_object(self.config_path, {"kind": str, "seed": int, "config": dict})
+        """config.json, its config in today's shape (:func:`current_config`); ``DamagedRunError`` when
+        it is not the object :meth:`create` writes."""
+        record = read_json_object(self.config_path, {"kind": str, "seed": int, "config": dict})
+        return {**record, "config": current_config(record["kind"], record["config"])}
 
     def read_status(self) -> dict:
         # Rewritten on every update: a damaged one is as good as none, and the next update replaces it.

@@ -451,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", help="a named set of settings ("
                      + "; ".join(f"{k}: {', '.join(REGISTRY[k].presets)}" for k in sorted(REGISTRY)) + ")")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="one setting, e.g. --set vocab=32 --set alphas=0.5,0.1 (repeatable)")
+                     help="one setting by its path, e.g. --set train.lr=3e-3 --set alphas=0.5,0.1 (repeatable; "
+                          "a setting's own name will do where no other has it: --set lr=3e-3)")
     run.add_argument("--seed", type=int)
     run.add_argument("--background", action="store_true", help="start the job and return at once")
     run.add_argument("--slots", type=int, default=2, help="jobs that may run at once (default 2)")

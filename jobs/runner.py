@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel
 
+from ema_core.config import flatten, short_names
 from jobs.registry import build_config, get_experiment
 from ema_core.rundir import (
     FINAL_STATES,
@@ -79,22 +80,26 @@ def job_label(kind: str, config: dict, preset: str | None) -> dict[str, Any]:
     ``Experiment.identity``) and the settings that differ from that preset.
 
     Returns ``{"label": "lm tiny · model=gpt, corpus=austen", "settings": "model=gpt, corpus=austen",
-    "changes": {name: value}}``, settings in the config's own order, the seed left out (it is shown
-    on its own).  A run without a recorded preset, or with one the code no longer has, is compared
+    "changes": {path: value}}``, settings in the config's own order by their dotted paths
+    (``data.corpus``), shown by their own names where no other setting has that name, the seed left
+    out (it is shown on its own).  A run without a recorded preset, or with one the code no longer has, is compared
     with the kind's defaults.
     """
-    reference = (_reference_config(kind, preset) if preset is not None else None) or _reference_config(kind, None) or {}
+    reference = flatten((_reference_config(kind, preset) if preset is not None else None)
+                        or _reference_config(kind, None) or {})
     try:
         identity = get_experiment(kind).identity
     except ValueError:  # a kind the code no longer has
         identity = ()
+    flat = flatten(config or {})
     order = {name: i for i, name in enumerate(reference)}
-    changed = [(name, value) for name, value in (config or {}).items()
+    changed = [(name, value) for name, value in flat.items()
                if name != "seed" and (name in identity or name not in reference or reference[name] != value)]
     # The kind's identity settings first, in their declared order; then the others, in the config's.
     rank = {name: i - len(identity) for i, name in enumerate(identity)}
     changes = dict(sorted(changed, key=lambda item: (rank.get(item[0], order.get(item[0], len(order))), item[0])))
-    settings = ", ".join(f"{name}={_shown_value(value)}" for name, value in changes.items())
+    shown = short_names(list(flat))
+    settings = ", ".join(f"{shown.get(name, name)}={_shown_value(value)}" for name, value in changes.items())
     label = f"{kind} {preset if preset is not None else '(no preset)'}" + (f" · {settings}" if settings else "")
     return {"label": label, "settings": settings, "changes": changes}
 

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ema_core.config import flatten
 from ema_core.lm.data import looks_like_path
 from ema_core.paths import PROJECT_ROOT, emalab_home
 
@@ -37,12 +38,14 @@ def refusal(field: str) -> str:
 def check_sources(settings: Mapping[str, object]) -> None:
     """Raise ValueError(:func:`refusal`) for a corpus or tokenizer in ``settings`` the app may not read.
 
-    ``settings`` are overrides as typed (``{"corpus": "/etc/passwd"}``) or a built config's values.  A
-    value typed as a JSON string (``"\\"/etc/passwd\\""``) is checked as the config would decode it too.
+    ``settings`` are overrides as typed (``{"corpus": "/etc/passwd"}``, ``{"data.corpus": …}``) or a
+    built config's values (nested).  A setting is known by the last part of its name, whatever path
+    or alias reaches it; a value typed as a JSON string (``"\\"/etc/passwd\\""``) is checked as the
+    config would decode it too.
     """
-    for field in BUILT_IN:
-        value = settings.get(field)
-        if isinstance(value, str) and not all(source_allowed(field, v) for v in _readings(value)):
+    for key, value in flatten(dict(settings)).items():
+        field = str(key).rsplit(".", 1)[-1].strip()
+        if field in BUILT_IN and isinstance(value, str) and not all(source_allowed(field, v) for v in _readings(value)):
             raise ValueError(refusal(field))
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ema_core.figures.dilution import identity_chart
 from ema_core.tables import preview_formats
 from pages._router import ensure_router
 from pages._state import read_store
@@ -58,9 +57,9 @@ if len(frame):
                 icon=":material/download:",
             )
 
-if table == "dilution_accuracy" and len(frame) and not grouped:
+draw = EXPORT_TABLES[table].figures  # the study's own figures of one run's rows, where it has any
+if draw is not None and len(frame) and not (grouped and can_group) and "run_id" in frame.columns:
     st.subheader("Figure")
     run_choice = st.selectbox("Run", sorted(frame["run_id"].unique()), key="export_fig_run")
-    one = frame[frame["run_id"] == run_choice]
-    chart_with_downloads(identity_chart(one[["feature", "lag", "accuracy"]], float(one["chance"].iloc[0])),
-                         f"identity_accuracy-{run_choice}", key="export_fig")
+    for i, (stem, chart) in enumerate(draw(frame[frame["run_id"] == run_choice])):
+        chart_with_downloads(chart, f"{stem}-{run_choice}", key="export_fig" if i == 0 else f"export_fig{i}")

@@ -6,6 +6,7 @@ import re
 
 import streamlit as st
 
+from ema_core.config import setting_fields
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import with_unit
 from ema_core.rundir import RESUMABLE_STATES
@@ -37,7 +38,8 @@ with st.form("launch"):
     seed = right.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="launch_seed")
     overrides_text = st.text_area(
         "Overrides (one `key=value` per line)", key="launch_overrides", height=80,
-        help="Settings of " + kind + ": " + ", ".join(exp.config_cls.model_fields),
+        help="Settings of " + kind + " (a setting's own name will do where no other has it): "
+             + ", ".join(setting_fields(exp.config_cls)),
     )
     launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
 
@@ -54,7 +56,9 @@ def _launch_jobs():
                 raise ValueError(f"override lines are key=value, got {line.strip()!r}")
             overrides[key.strip()] = value.strip()
     check_sources(overrides)  # before the config, whose own check would say what exists
-    return [(kind, build_config(kind, preset=preset, overrides=overrides, seed=int(seed)))]
+    config = build_config(kind, preset=preset, overrides=overrides, seed=int(seed))
+    check_sources(config.model_dump())  # and whatever name reached them, once they are read
+    return [(kind, config)]
 
 
 if launched:

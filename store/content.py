@@ -50,7 +50,7 @@ def lm_eval_labelled(run_ids: RunIds = None, split: str | None = None, *,
     return query_frame(
         f"""SELECT t.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
                    r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
-                   coalesce(r.summary->>'corpus', r.config->>'corpus') AS corpus,
+                   coalesce(r.summary->>'corpus', r.config->'data'->>'corpus') AS corpus,
                    (r.summary->>'params')::BIGINT AS params, t.split, t.loss, t.ppl, t.bpb
             FROM lm_eval t JOIN runs r USING (run_id)
             WHERE {RUN_FILTER.format(col='t.run_id')} AND ($split::VARCHAR IS NULL OR t.split = $split)
@@ -75,13 +75,13 @@ def lm_runs(run_ids: RunIds = None, status: str | Iterable[str] | None = None, *
         f"""SELECT r.run_id, r.seed, r.status, coalesce(r.started_at, r.created_at) AS started,
                    r.config->>'model' AS model, r.config->>'predictor' AS predictor,
                    r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
-                   coalesce(r.summary->>'corpus', r.config->>'corpus') AS corpus, r.config->>'val_doc' AS val_doc,
-                   (r.config->>'steps')::BIGINT AS steps, (r.config->>'batch')::BIGINT AS batch,
-                   (r.config->>'seq_len')::BIGINT AS seq_len,
-                   coalesce((r.summary->>'vocab_size')::BIGINT, (r.config->>'vocab_size')::BIGINT) AS vocab_size,
+                   coalesce(r.summary->>'corpus', r.config->'data'->>'corpus') AS corpus, r.config->'data'->>'val_doc' AS val_doc,
+                   (r.config->'train'->>'steps')::BIGINT AS steps, (r.config->'train'->>'batch')::BIGINT AS batch,
+                   (r.config->'train'->>'seq_len')::BIGINT AS seq_len,
+                   coalesce((r.summary->>'vocab_size')::BIGINT, (r.config->'data'->>'vocab_size')::BIGINT) AS vocab_size,
                    (r.summary->>'params')::BIGINT AS params, (r.summary->>'tokens')::BIGINT AS tokens,
-                   coalesce((r.summary->>'tokens')::DOUBLE / (r.config->>'steps')::DOUBLE,
-                            (r.config->>'batch')::DOUBLE * (r.config->>'seq_len')::DOUBLE) AS tokens_per_step,
+                   coalesce((r.summary->>'tokens')::DOUBLE / (r.config->'train'->>'steps')::DOUBLE,
+                            (r.config->'train'->>'batch')::DOUBLE * (r.config->'train'->>'seq_len')::DOUBLE) AS tokens_per_step,
                    (r.summary->>'val_loss')::DOUBLE AS val_loss, (r.summary->>'val_ppl')::DOUBLE AS val_ppl,
                    (r.summary->>'val_bpb')::DOUBLE AS val_bpb, (r.summary->>'tokens_per_s')::DOUBLE AS tokens_per_s,
                    (r.summary->>'seconds')::DOUBLE AS seconds, r.summary->>'matched_to' AS matched_to,
@@ -106,8 +106,8 @@ def lm_curves(run_ids: RunIds, key: str = "val/loss", *, home: Path | None = Non
     return query_frame(
         f"""SELECT m.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
                    r.config->>'attn_input' AS attn_input, m.step,
-                   m.step * coalesce((r.summary->>'tokens')::DOUBLE / (r.config->>'steps')::DOUBLE,
-                                     (r.config->>'batch')::DOUBLE * (r.config->>'seq_len')::DOUBLE) AS tokens,
+                   m.step * coalesce((r.summary->>'tokens')::DOUBLE / (r.config->'train'->>'steps')::DOUBLE,
+                                     (r.config->'train'->>'batch')::DOUBLE * (r.config->'train'->>'seq_len')::DOUBLE) AS tokens,
                    m.value
             FROM metrics m JOIN runs r USING (run_id)
             WHERE m.key = $key AND r.kind = 'lm' AND {RUN_FILTER.format(col='m.run_id')}

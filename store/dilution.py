@@ -21,5 +21,14 @@ def dilution_accuracy(run_ids: RunIds = None, feature: str | None = None, *,
     )
 
 
+def run_figures(rows: pd.DataFrame) -> list:
+    """The figures of one run's exported rows (the Export page offers them as SVG/PNG)."""
+    # numba, scipy and altair (0.8 s): only when a figure is drawn, not on every `import store`
+    from ema_core.figures.dilution import run_figures as draw
+
+    return draw(rows)
+
+
 register_run_table("dilution_accuracy", RunTable(dilution_accuracy, ("feature", "lag"), ("accuracy", "chance")))
-export.register_table("dilution_accuracy", "identity decoding accuracy per feature and lag, with chance")
+export.register_table("dilution_accuracy", "identity decoding accuracy per feature and lag, with chance",
+                      figures=run_figures)

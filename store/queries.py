@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import pandas as pd
 
+from ema_core.config import flatten
 from ema_core.rundir import canonical_json
 
 from . import schema
@@ -204,20 +205,16 @@ def config_id(kind: str, config: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict) and obj:
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1] or "config": obj}
+def _flat_config(config: Any) -> dict[str, Any]:
+    config = config_without_seed(config)
+    return flatten(config) if isinstance(config, dict) else {"config": config}
 
 
 def _run_fields(run_ids: list[str], home: Path | None) -> dict[str, tuple[str, dict[str, Any]]]:
     """run_id -> (kind, its config without seed, flattened to ``a.b`` keys)."""
     runs = query_frame(f"SELECT run_id, kind, config FROM runs WHERE {RUN_FILTER.format(col='run_id')}",
                        {"ids": run_ids}, home)
-    return {r.run_id: (r.kind, _flatten(config_without_seed(json.loads(r.config) if r.config else None)))
+    return {r.run_id: (r.kind, _flat_config(json.loads(r.config) if r.config else None))
             for r in runs.itertuples()}
 
 
@@ -296,7 +293,7 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     for run_id, (kind, cfg) in configs.items():
         gid = config_id(kind, cfg)
         group_of[run_id] = gid
-        fields[gid] = (kind, _flatten(cfg))
+        fields[gid] = (kind, _flat_config(cfg))
     # Only the fields that tell the groups apart are worth a column; the rest is the same everywhere.
     # The labels are shown anyway, and once.
     varying = [k for k in varying_fields(fields.values()) if k not in spec.labels]

@@ -72,11 +72,11 @@ def _synthetic_run(name: str, variant: dict, seed: int, overrides: dict | None):
     final = LOSS.get(name, 5.0) + rng.normal(0, 0.01)
     events = [(step, {"val/loss": final + 2.0 / step, "val/ppl": math.exp(final + 2.0 / step),
                       "val/bpb": (final + 2.0 / step) / 1.6})
-              for step in range(cfg.eval_every, cfg.steps + 1, cfg.eval_every)]
+              for step in range(cfg.train.eval_every, cfg.train.steps + 1, cfg.train.eval_every)]
     summary = {"model": variant["model"], "params": 900_000 + 1000 * len(name),
-               "tokens": cfg.steps * cfg.batch * cfg.seq_len,
+               "tokens": cfg.train.steps * cfg.train.batch * cfg.train.seq_len,
                "val_loss": final, "val_ppl": math.exp(final), "val_bpb": final / 1.6, "corpus": "austen",
-               "vocab_size": cfg.vocab_size, "size": cfg.size, "seconds": 1.0}
+               "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0}
     result = {"summary": summary, "tables": {"lm_eval": [
         {"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}]}}
     return cfg.model_dump(mode="json"), events, result

@@ -71,7 +71,10 @@ def test_only_the_data_folders_and_the_hub_are_read_and_refusals_are_alike(home,
         "a symlink out": f"corpus={home / 'link.txt'}",
         "a folder holding a symlink out": f"corpus={home / 'folder'}",
         "a JSON string": 'corpus="/etc/passwd"',
+        "its dotted path": "data.corpus=/etc/passwd",
+        "its dotted path, spaced": " data.corpus =/etc/passwd",
         "a tokenizer file": "tokenizer=/etc/passwd",
+        "a tokenizer by its path": "data.tokenizer=/etc/passwd",
         "a missing tokenizer file": f"tokenizer={tmp_path / 'missing.json'}",
     }
     at = _jobs_page()
@@ -86,7 +89,7 @@ def test_only_the_data_folders_and_the_hub_are_read_and_refusals_are_alike(home,
     said = {m for what, m in messages.items() if "tokenizer" not in what}
     # One message, existing or not: the refusal tells nothing about the file system.
     assert len(said) == 1 and next(iter(said)).startswith("Not launched: corpus:"), said
-    tokenizer = {messages["a tokenizer file"], messages["a missing tokenizer file"]}
+    tokenizer = {messages["a tokenizer file"], messages["a missing tokenizer file"], messages["a tokenizer by its path"]}
     assert len(tokenizer) == 1 and next(iter(tokenizer)).startswith("Not launched: tokenizer:"), tokenizer
     assert submitted == []
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
@@ -106,5 +109,5 @@ def test_only_the_data_folders_and_the_hub_are_read_and_refusals_are_alike(home,
     }
     for n, (overrides, (field, value)) in enumerate(accepted.items(), start=1):
         assert _launch(at, overrides) == [], overrides
-        assert len(submitted) == n and getattr(submitted[-1][1], field) == value, overrides
+        assert len(submitted) == n and getattr(submitted[-1][1].data, field) == value, overrides
         assert any("lm-accepted" in s.value for s in at.success), overrides

@@ -39,7 +39,7 @@ def _one_thread():
 
 def _splits(n_train: int, n_dev: int, seed: int = 0):
     # dev is the tail of a longer train draw: the train distribution, disjoint sentences' draws
-    drawn = sample_sentences(GrammarConfig(n_sentences=n_train + n_dev), seed, "train")
+    drawn = sample_sentences(GrammarConfig(), n_train + n_dev, seed, "train")
     return drawn[:n_train], drawn[n_train:]
 
 
@@ -88,7 +88,7 @@ def test_every_unseen_id_is_unk():
     assert UNK == N_WORDS and PAD == N_WORDS + 1 and N_ROWS == N_WORDS + 2
     with pytest.raises(ValueError):
         encode([3, -1])
-    novel = sample_sentences(GrammarConfig(n_sentences=200), 0, "novel")
+    novel = sample_sentences(GrammarConfig(), 200, 0, "novel")
     tokens, _, _ = stream(novel)
     assert (tokens >= N_WORDS).any()
     assert set(encode(tokens[tokens >= N_WORDS]).tolist()) == {UNK}
@@ -108,7 +108,7 @@ def test_unseen_words_never_touch_a_word_embedding():
 
 def test_novel_predictions_do_not_depend_on_which_unseen_id(trained):
     model = trained[0]
-    novel = sample_sentences(GrammarConfig(n_sentences=100), 0, "novel")
+    novel = sample_sentences(GrammarConfig(), 100, 0, "novel")
     relabelled = [Sentence(tuple(t if t < N_WORDS else t * 1000 + 7 for t in s.tokens), s.roles, s.structure)
                   for s in novel]
     np.testing.assert_array_equal(predict(model, novel), predict(model, relabelled))
@@ -120,7 +120,7 @@ def test_padding_and_batch_mates_do_not_change_a_sentence():
     model = BiGRUTagger(TINY, torch.Generator().manual_seed(4)).eval()
     short = from_text("the dog slept .", structure=0)
     long_ = from_text("the dog who chased a cat slept .", structure=4)
-    deep = sample_sentences(GrammarConfig(n_sentences=5), 1, "deep")  # the longest sentences there are
+    deep = sample_sentences(GrammarConfig(), 5, 1, "deep")  # the longest sentences there are
     n = len(short.tokens)
     with torch.no_grad():
         alone = model(torch.tensor([short.tokens]), torch.tensor([n]))[0]
@@ -204,7 +204,7 @@ def _majority_per_word(train: list[Sentence], sentences: list[Sentence]) -> np.n
 
 def test_learns_the_roles_beyond_word_identity(trained):
     model, info, train, dev, _ = trained
-    test = sample_sentences(GrammarConfig(n_sentences=300), 0, "test")
+    test = sample_sentences(GrammarConfig(), 300, 0, "test")
     _, roles, _ = stream(test)
     pred = predict(model, test)
     assert pred.shape == roles.shape and pred.dtype.kind == "i"

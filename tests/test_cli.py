@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ema_core.experiments import build_config
 from ema_core.rundir import wait_for
 from jobs import cli
 
@@ -92,7 +93,7 @@ def test_user_story_background_kill_resume_export(home):
     launched = one_object(p.stdout)
     assert STABLE_RUN_KEYS <= set(launched)
     assert launched["background"] is True and launched["state"] in ("queued", "running")
-    assert launched["config"]["steps"] == TINY["steps"] and launched["kind"] == "dilution"
+    assert launched["config"]["train"]["steps"] == TINY["steps"] and launched["kind"] == "dilution"
     run_id = launched["run_id"]
 
     # Watch its progress rise, then kill its worker the hard way.
@@ -152,7 +153,9 @@ def test_user_story_background_kill_resume_export(home):
     assert info["summary"]["acc_lag0/α=0.5"] > 0.5  # it decodes the current token
     # It went on from its newest checkpoint (at most checkpoint_every steps back), not from zero.
     assert min(after, default=1.0) >= killed_at - 2 * TINY["checkpoint_every"] / TINY["steps"]
-    assert set(info["config"]) >= set(TINY)
+    # the config shown is the one launched, in its nested shape
+    as_typed = {key: str(value) for key, value in TINY.items()}  # as the command line passed them
+    assert info["config"] == build_config("dilution", overrides=as_typed, seed=info["seed"]).model_dump(mode="json")
 
     # The log tells both attempts apart.
     p = in_process("jobs", "logs", run_id, "--tail", "0")  # every line: a line per checkpoint
@@ -323,7 +326,7 @@ def test_usage_errors_are_one_line_exit_2_and_write_nothing(home):
     assert tree(home) == set()  # no runs folder, no store, no exports, not even the data folder
 
     p = emalab(home, "run", "dilution", "--set", "vocab=1", "--json")  # the real entry point agrees
-    assert p.returncode == 2 and p.stdout == "" and p.stderr.strip().startswith("emalab: error: vocab:")
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.strip().startswith("emalab: error: stream.vocab:")
     assert tree(home) == set()
 
 

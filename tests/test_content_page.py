@@ -118,7 +118,7 @@ def test_launch_submits_one_run_per_variant_and_seed(empty_home, registered):
                                 dict(model="spen", predictor="linear_attention", attn_input="sequence"))
                 for s in (5, 6)]
     assert registered == expected
-    assert expected[2][1]["model"] == "spen" and expected[2][1]["steps"] == 1200  # the tiny preset's budget
+    assert expected[2][1]["model"] == "spen" and expected[2][1]["train"]["steps"] == 1200  # the tiny preset's budget
     assert any("lm-x-s5, lm-x-s6, lm-x-s5, lm-x-s6" in s.value for s in at.success)
 
 

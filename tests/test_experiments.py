@@ -1,3 +1,4 @@
+import importlib
 import subprocess
 import sys
 
@@ -5,6 +6,7 @@ import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, Reporter, build_config, get_experiment
+from ema_core.config import setting_fields
 from ema_core.experiments.dilution_sweep import DilutionSweepConfig
 
 # Small enough to train in a second, big enough that α = 0.5 names the current token.
@@ -27,7 +29,8 @@ def test_build_config_parses_command_line_strings():
     cfg = build_config("dilution", overrides={"vocab": "32", "alphas": "0.5,0.1", "include_all": "false",
                                               "lr": "1e-3", "max_lag": 3}, seed=7)
     assert isinstance(cfg, DilutionSweepConfig)
-    assert (cfg.vocab, cfg.alphas, cfg.include_all, cfg.lr, cfg.max_lag, cfg.seed) == (32, (0.5, 0.1), False, 1e-3, 3, 7)
+    assert (cfg.stream.vocab, cfg.alphas, cfg.include_all, cfg.train.lr, cfg.stream.max_lag, cfg.seed) == \
+        (32, (0.5, 0.1), False, 1e-3, 3, 7)
     assert build_config("dilution", overrides={"alphas": "[0.5, 0.2]"}).alphas == (0.5, 0.2)
     assert build_config("dilution", overrides={"alphas": "(0.5, 0.2)"}).alphas == (0.5, 0.2)
     assert build_config("dilution", overrides={"alphas": "0.3"}).alphas == (0.3,)
@@ -36,9 +39,9 @@ def test_build_config_parses_command_line_strings():
 
 def test_presets_then_overrides_then_seed():
     quick = build_config("dilution", preset="quick")
-    assert quick.vocab == 32 and quick.steps == 200
+    assert quick.stream.vocab == 32 and quick.train.steps == 200
     cfg = build_config("dilution", preset="quick", overrides={"steps": "10", "seed": "5"}, seed=9)
-    assert (cfg.steps, cfg.vocab, cfg.seed) == (10, 32, 9)
+    assert (cfg.train.steps, cfg.stream.vocab, cfg.seed) == (10, 32, 9)
     for name, exp in REGISTRY.items():
         assert {"quick", "paper"} <= set(exp.presets), name
         for preset in exp.presets:
@@ -46,13 +49,47 @@ def test_presets_then_overrides_then_seed():
     assert set(build_config("dilution", preset="paper").alphas) >= {0.5, 0.1, 0.02}
 
 
+def test_a_setting_is_reached_by_its_path_its_own_name_or_its_older_flat_name():
+    by_path = build_config("structure", preset="quick", overrides={"spcn.lr": "0.1", "bigru.hidden": 32,
+                                                                   "grammar.deep_depth": 4})
+    by_name = build_config("structure", preset="quick", overrides={"hebbian_lr": 0.1, "bigru_hidden": "32",
+                                                                   "deep_depth": 4})
+    assert by_path == by_name and (by_path.spcn.lr, by_path.bigru.hidden, by_path.grammar.deep_depth) == (0.1, 32, 4)
+    # the preset's other settings of a group stay when one of them is overridden
+    assert (by_path.spcn.units, by_path.spcn.k) == (192, 12)
+    # a group given whole is the same as its settings one by one
+    whole = build_config("structure", preset="quick", overrides={"spcn": by_path.spcn.model_dump(),
+                                                                 "bigru": by_path.bigru, "grammar.deep_depth": 4})
+    assert whole == by_path
+    lm = build_config("lm", overrides={"lr": "1e-3", "corpus": "austen", "data.vocab_size": 512})
+    assert (lm.train.lr, lm.data.corpus, lm.data.vocab_size) == (1e-3, "austen", 512)
+
+
+def test_a_name_two_groups_share_is_refused_naming_both_paths():
+    with pytest.raises(ValueError, match=r"^lr: more than one setting of structure is called that; "
+                                         r"say spcn.lr or bigru.lr$"):
+        build_config("structure", overrides={"lr": "0.1"})
+
+
+def test_no_setting_of_a_group_is_declared_again_beside_it():
+    # Composed, not copied: a component's setting is reached through its group only.
+    for kind, exp in REGISTRY.items():
+        paths = setting_fields(exp.config_cls)
+        top = {p for p in paths if "." not in p}
+        inner = {p.rsplit(".", 1)[1] for p in paths if "." in p}
+        assert top.isdisjoint(inner), (kind, top & inner)
+        assert "field_like" not in vars(importlib.import_module("ema_core.config"))
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(overrides={"vocab": "1"}), r"^vocab: Input should be greater than or equal to 2 \(got 1\)$"),
-    (dict(overrides={"vocab": "abc"}), r"^vocab: Input should be a valid integer"),
-    (dict(overrides={"steps": "1.5"}), r"^steps: Input should be a valid integer"),
+    (dict(overrides={"vocab": "1"}), r"^stream.vocab: Input should be greater than or equal to 2 \(got 1\)$"),
+    (dict(overrides={"stream.vocab": "abc"}), r"^stream.vocab: Input should be a valid integer"),
+    (dict(overrides={"steps": "1.5"}), r"^train.steps: Input should be a valid integer"),
     (dict(overrides={"alphas": "0.5,1.5"}), r"^alphas: every rate must lie in \(0, 1\], got \[1.5\]"),
     (dict(overrides={"alphas": "0.5,0.5"}), r"^alphas: rates must be distinct"),
-    (dict(overrides={"vocabulary": "32"}), r"^vocabulary: not a setting of dilution; settings: alphas, include_all, vocab"),
+    (dict(overrides={"vocabulary": "32"}), r"^vocabulary: not a setting of dilution; settings: alphas, include_all, stream.vocab"),
+    (dict(overrides={"train.vocab": "32"}), r"^train.vocab: not a setting of dilution"),
+    (dict(overrides={"train": "32"}), r"^train: not a setting of dilution"),
     (dict(preset="huge"), r"^unknown preset 'huge' for dilution; presets: quick, paper$"),
     (dict(seed=-1), r"^seed: Input should be greater than or equal to 0"),
 ])

@@ -25,7 +25,8 @@ from ema_core.grammar import (
     vocabulary,
 )
 
-SMALL = GrammarConfig(n_sentences=600)
+SMALL = GrammarConfig()
+N = 600
 
 
 def test_the_papers_counts():
@@ -72,7 +73,7 @@ def test_every_role_used_and_lexical_flags_follow_the_definition():
 def test_sentences_follow_their_templates():
     vocab = vocabulary() + novel_vocabulary()
     for split in SPLITS:
-        for s in sample_sentences(SMALL, 0, split):
+        for s in sample_sentences(SMALL, N, 0, split):
             depth = SMALL.deep_depth if split == "deep" else 1
             t = template(s.structure, depth)
             assert [vocab[i].category for i in s.tokens] == [c for c, _ in t]
@@ -81,23 +82,23 @@ def test_sentences_follow_their_templates():
 
 def test_deterministic_per_config_seed_split():
     for split in SPLITS:
-        assert sample_sentences(SMALL, 7, split) == sample_sentences(SMALL, 7, split)
-        assert sample_sentences(SMALL, 7, split) != sample_sentences(SMALL, 8, split)
+        assert sample_sentences(SMALL, N, 7, split) == sample_sentences(SMALL, N, 7, split)
+        assert sample_sentences(SMALL, N, 7, split) != sample_sentences(SMALL, N, 8, split)
     # asking for more sentences extends the same draw rather than reshuffling it
-    more = sample_sentences(SMALL.model_copy(update={"n_sentences": 650}), 7, "train")
-    assert more[:600] == sample_sentences(SMALL, 7, "train")
+    more = sample_sentences(SMALL, 650, 7, "train")
+    assert more[:600] == sample_sentences(SMALL, N, 7, "train")
 
 
 def test_no_sentence_shared_between_train_and_test_sets():
-    cfg = GrammarConfig(n_sentences=3000)
-    train = {s.tokens for seed in (0, 1) for s in sample_sentences(cfg, seed, "train")}
+    cfg, n = GrammarConfig(), 3000
+    train = {s.tokens for seed in (0, 1) for s in sample_sentences(cfg, n, seed, "train")}
     for seed in (0, 1, 2):
         for split in ("test", "deep", "novel"):
-            assert train.isdisjoint(s.tokens for s in sample_sentences(cfg, seed, split))
+            assert train.isdisjoint(s.tokens for s in sample_sentences(cfg, n, seed, split))
     # by construction, not by luck: the partition is a property of the tokens
     assert not any(is_held_out(t, cfg.held_out_fraction) for t in train)
     # the short structures are small enough that draws repeat, so disjointness needs the partition
-    assert len(train) < 2 * cfg.n_sentences
+    assert len(train) < 2 * n
 
 
 def test_novel_words_are_new_ids_of_the_same_categories_and_unseen_in_train():
@@ -107,9 +108,9 @@ def test_novel_words_are_new_ids_of_the_same_categories_and_unseen_in_train():
     assert not {w.text for w in novel} & {w.text for w in vocabulary()}
     cat = {w.id: w.category for w in vocabulary() + novel}
     novel_ids = {w.id for w in novel}
-    seen = {t for seed in (0, 1) for s in sample_sentences(SMALL, seed, "train") for t in s.tokens}
+    seen = {t for seed in (0, 1) for s in sample_sentences(SMALL, N, seed, "train") for t in s.tokens}
     used = set()
-    for s in sample_sentences(SMALL, 0, "novel"):
+    for s in sample_sentences(SMALL, N, 0, "novel"):
         for t in s.tokens:
             assert (t >= 147) == (cat[t] in OPEN_CLASS)
             used.add(t)
@@ -118,8 +119,8 @@ def test_novel_words_are_new_ids_of_the_same_categories_and_unseen_in_train():
 
 
 def test_deep_split_nests_embedded_clauses():
-    cfg = GrammarConfig(n_sentences=200, deep_depth=3)
-    deep = sample_sentences(cfg, 0, "deep")
+    cfg = GrammarConfig(deep_depth=3)
+    deep = sample_sentences(cfg, 200, 0, "deep")
     assert {s.structure for s in deep} == set(EMBEDDED_STRUCTURES)
     emb = {ROLE_INDEX[r] for r in ("emb_verb", "emb_patient_det", "emb_patient_noun")}
     for s in deep:
@@ -127,12 +128,12 @@ def test_deep_split_nests_embedded_clauses():
         link = "rel_pronoun" if STRUCTURES[s.structure].name == "relative" else "complementiser"
         assert s.roles.count(ROLE_INDEX[link]) == 3
         assert emb <= set(s.roles)
-    train_len = max(len(s.tokens) for s in sample_sentences(SMALL, 0, "train"))
+    train_len = max(len(s.tokens) for s in sample_sentences(SMALL, N, 0, "train"))
     assert min(len(s.tokens) for s in deep) > train_len
 
 
 def test_stream_concatenates_and_marks_sentence_starts():
-    sents = sample_sentences(SMALL, 3, "train")
+    sents = sample_sentences(SMALL, N, 3, "train")
     tokens, roles, start = stream(sents)
     assert tokens.shape == roles.shape == start.shape == (sum(len(s.tokens) for s in sents),)
     assert start.dtype == bool and start.sum() == len(sents)
@@ -148,8 +149,8 @@ def test_stream_concatenates_and_marks_sentence_starts():
 
 
 def test_structure_weights_are_respected():
-    only_transitive = GrammarConfig(n_sentences=100, structure_weights=(0, 1, 0, 0, 0, 0))
-    assert {s.structure for s in sample_sentences(only_transitive, 0, "test")} == {1}
+    only_transitive = GrammarConfig(structure_weights=(0, 1, 0, 0, 0, 0))
+    assert {s.structure for s in sample_sentences(only_transitive, 100, 0, "test")} == {1}
 
 
 def test_from_text_rejects_words_in_the_wrong_slot():
@@ -162,7 +163,7 @@ def test_from_text_rejects_words_in_the_wrong_slot():
 @pytest.mark.parametrize(
     "bad, field",
     [
-        ({"n_sentences": 0}, "n_sentences"),
+        ({"n_sentences": 600}, "n_sentences"),  # how many is an argument of each draw, not a setting
         ({"structure_weights": (1, 1, 1)}, "structure_weights"),
         ({"structure_weights": (0,) * 6}, "structure_weights"),
         ({"structure_weights": (1, 1, 1, 1, 1, -1)}, "structure_weights"),
@@ -178,4 +179,10 @@ def test_invalid_config_names_the_field(bad, field):
 
 def test_unknown_split_is_rejected():
     with pytest.raises(ValueError, match="split"):
-        sample_sentences(SMALL, 0, "validation")
+        sample_sentences(SMALL, N, 0, "validation")
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True, 10**7])
+def test_a_count_of_sentences_that_is_not_one_is_refused(n):
+    with pytest.raises(ValueError, match="n must be a whole number"):
+        sample_sentences(SMALL, n, 0, "train")

@@ -89,7 +89,7 @@ def test_quick_preset_end_to_end(home, runners):
     assert [r["run_id"] for r in runner.list()] == [run_id]
     assert "done" in runner.logs(run_id)
     shown = runner.show(run_id)
-    assert shown["config"]["vocab"] == 32 and shown["result"] == result and shown["state"] == "done"
+    assert shown["config"]["stream"]["vocab"] == 32 and shown["result"] == result and shown["state"] == "done"
     # The same job again is recognised, not re-run.
     assert runner.submit("dilution", build_config("dilution", preset="quick"), seed=0) == run_id
     assert runner.status(run_id)["attempts"] == 1
@@ -100,7 +100,7 @@ def test_quick_preset_end_to_end(home, runners):
 
 def test_submit_rejects_bad_configs(home, runners):
     runner = runners(home)
-    with pytest.raises(ValueError, match="^vocab: Input should be greater than or equal to 2"):
+    with pytest.raises(ValueError, match="^stream.vocab: Input should be greater than or equal to 2"):
         runner.submit("dilution", {"vocab": "1"}, seed=0)
     with pytest.raises(ValueError, match="unknown experiment kind"):
         runner.submit("nope", {}, seed=0)
@@ -317,9 +317,10 @@ def test_a_job_row_names_kind_preset_settings_and_the_log_its_phases(home, runne
     rd = RunDir.for_id(run_id, home)
     assert rd.read_config()["preset"] == "quick"
     row = runner.status(run_id)
-    assert row["preset"] == "quick" and row["seed"] == 0 and row["config"]["vocab"] == 16
-    assert row["changes"] == {"alphas": [0.5, 0.1], "vocab": 16, "dim": 16, "max_lag": 4, "n_train": 512,
-                              "n_test": 256, "steps": 40, "batch": 32, "checkpoint_every": 20}
+    assert row["preset"] == "quick" and row["seed"] == 0 and row["config"]["stream"]["vocab"] == 16
+    assert row["changes"] == {"alphas": [0.5, 0.1], "stream.vocab": 16, "stream.dim": 16, "stream.max_lag": 4,
+                              "stream.n_train": 512, "stream.n_test": 256, "train.steps": 40, "train.batch": 32,
+                              "train.checkpoint_every": 20}
     assert row["label"].startswith("dilution quick · alphas=0.5,0.1, vocab=16, dim=16")
     assert row["age_s"] is not None and row["age_s"] >= 0
     # The log: a line per phase (one per decoder) and per checkpoint, besides start and end.
@@ -337,7 +338,7 @@ def test_a_job_row_names_kind_preset_settings_and_the_log_its_phases(home, runne
     assert "preset" not in rd.read_status()
     old = runner.status(run_id)
     assert old["preset"] is None and old["label"].startswith("dilution (no preset) · alphas=0.5,0.1")
-    assert old["changes"]["steps"] == 40 and old["changes"]["lr"] == 0.02  # quick's lr, not the default
+    assert old["changes"]["train.steps"] == 40 and old["changes"]["train.lr"] == 0.02  # quick's lr, not the default
 
 
 def test_an_lm_label_shows_what_tells_it_apart(home):

@@ -118,7 +118,7 @@ def test_meta_count_equals_the_built_model():
 
 def test_build_model_from_a_size_name():
     m = build_model("spen", "tiny", vocab_size=300, predictor="linear_attention", attn_input="sequence", seed=3)
-    assert isinstance(m, SPEN) and m.cfg.vocab_size == 300 and m.cfg.d_model == SIZES["tiny"].d_model
+    assert isinstance(m, SPEN) and m.cfg.vocab_size == 300 and m.cfg.d_model == SIZES["tiny"].shape.d_model
     g = build_model("gpt", "tiny", vocab_size=300, predictor="linear_attention", attn_input="sequence")
     assert isinstance(g, GPT) and g.cfg.seq_len == SIZES["tiny"].seq_len
     with pytest.raises(ValueError, match="size"):

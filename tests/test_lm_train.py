@@ -127,7 +127,7 @@ def test_checkpoint_and_resume_is_bit_identical(kind):
 def test_lm_config_errors_are_named():
     with pytest.raises(ValueError, match="model must be one of"):
         build_config("lm", overrides={"model": "mamba"})
-    with pytest.raises(ValueError, match="needs an attention predictor"):
+    with pytest.raises(ValueError, match="the linear predictor .* attn_input must be .state."):
         build_config("lm", overrides={"predictor": "linear", "attn_input": "sequence"})
     with pytest.raises(ValueError, match="val_doc|persuasion|novel"):
         build_config("lm", overrides={"val_doc": "ulysses"})

@@ -13,7 +13,7 @@ SMALL = SPCNConfig(code_dim=16, units=24, k=3, rates=(0.5, 0.1), lr=0.1, batch=8
 
 
 def _grammar_stream(n=120, seed=0, split="train"):
-    tok, roles, start = stream(sample_sentences(GrammarConfig(n_sentences=n), seed, split))
+    tok, roles, start = stream(sample_sentences(GrammarConfig(), n, seed, split))
     return tok, roles, start
 
 
@@ -133,7 +133,7 @@ def test_causal_prediction_and_traces():
 
 
 def test_reset_isolates_sentences():
-    sents = sample_sentences(GrammarConfig(n_sentences=6), 0, "train")
+    sents = sample_sentences(GrammarConfig(), 6, 0, "train")
     model = SPCN(SMALL, 4)
     tok, _, start = stream(sents)
     model.train(tok, start, passes=1)

@@ -1,6 +1,6 @@
 """Experiments: one typed config and one ``run(config, reporter) -> result`` per kind.
 
-    >>> cfg = build_config("dilution", preset="quick", overrides={"alphas": "0.5,0.1"}, seed=3)
+    >>> cfg = build_config("dilution", preset="quick", overrides={"alphas": "0.5,0.1", "train.steps": 20}, seed=3)
     >>> result = REGISTRY["dilution"].run(cfg, NullReporter())
     >>> sorted(result)
     ['summary', 'tables']
@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ema_core.config import config_error
+from ema_core.config import config_error, nest, resolve_setting, setting_fields
 from ema_core.experiments import dilution_sweep, lm, structure
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
+from ema_core.rundir import FLAT_CONFIG_PATHS
 
 # A small explicit map: a kind not listed here is rejected when its config is built.
 REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT, lm.EXPERIMENT)}
@@ -39,33 +40,47 @@ def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any]
                  seed: int | None = None) -> BaseModel:
     """The validated config of ``kind``: defaults, then the preset, then overrides, then the seed.
 
-    Override values may be typed, or strings as typed on a command line (``--set vocab=32``): a
-    string is read as JSON where that gives the field's type (``32``, ``true``, ``[0.5, 0.1]``),
-    tuple fields also take ``0.5,0.1``, and anything else stays a string.  Every problem is a
-    ``ValueError`` on one line that names the field and what it allows.
+    A setting is named by its dotted path (``train.lr``), by its own name where no other group has
+    one (``lr``), or by its name in the flat configs of older runs (``hebbian_lr``); a group may also
+    be given whole, as a dict.  Values may be typed, or strings as typed on a command line
+    (``--set vocab=32``): a string is read as JSON where that gives the setting's type (``32``,
+    ``true``, ``[0.5, 0.1]``), tuple settings also take ``0.5,0.1``, and anything else stays a
+    string.  Every problem is a ``ValueError`` on one line that names the setting and what it allows.
     """
     exp = get_experiment(kind)
-    fields = exp.config_cls.model_fields
-    values: dict[str, Any] = {}
+    fields = setting_fields(exp.config_cls)
+    values: dict[str, Any] = {}  # dotted path -> value
     if preset is not None:
         if preset not in exp.presets:
             raise ValueError(f"unknown preset {preset!r} for {kind}; presets: {', '.join(exp.presets)}")
         values.update(exp.presets[preset])
-    for key, raw in (overrides or {}).items():
-        if key not in fields:
-            shown = key if isinstance(key, str) and key.isidentifier() else repr(key)  # one line, visible
-            raise ValueError(f"{shown}: not a setting of {kind}; settings: {', '.join(fields)}")
-        value = _parse_value(fields[key].annotation, raw)
+    for key, raw in _leaves(overrides or {}).items():
+        path = resolve_setting(exp.config_cls, key, FLAT_CONFIG_PATHS.get(kind), what=kind)
+        annotation = fields[path].annotation
+        value = _parse_value(annotation, raw)
         # Pydantic's lax mode reads True as 1: "--set steps=true" would quietly run one step.
-        if fields[key].annotation is not bool and _holds_bool(value):
-            raise ValueError(f"{key}: expects {_type_name(fields[key].annotation)}, not a boolean (got {raw!r})")
-        values[key] = value
+        if annotation is not bool and _holds_bool(value):
+            raise ValueError(f"{path}: expects {_type_name(annotation)}, not a boolean (got {raw!r})")
+        values[path] = value
     if seed is not None:
         values["seed"] = seed
     try:
-        return exp.config_cls(**values)
+        return exp.config_cls(**nest(values))
     except ValidationError as exc:
         raise ValueError(config_error(exc)) from None
+
+
+def _leaves(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Overrides with every group given whole (a dict, or a config) spelled out as its dotted settings."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if isinstance(value, BaseModel):
+            value = value.model_dump()
+        if isinstance(value, dict) and isinstance(key, str):
+            out.update({f"{key}.{sub}": v for sub, v in _leaves(value).items()})
+        else:
+            out[key] = value
+    return out
 
 
 def _parse_value(annotation: Any, raw: Any) -> Any:

@@ -24,17 +24,24 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ema_core.config import PAPER_ALPHAS, DilutionConfig, check_rates, field_like
-from ema_core.protocol import Cancelled, Experiment, Reporter, check_checkpoint
+from ema_core.config import PAPER_ALPHAS, StreamConfig, check_rates, seed_field
+from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
 
 KIND = "dilution"
 GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
 CHECKPOINT_FORMAT = 1
 
 
-def _like(name: str):
-    # The stream's sizes keep the bounds of the closed-form measurement (one set of limits).
-    return field_like(DilutionConfig, name)
+class SweepTrainConfig(BaseModel):
+    """How each decoder is trained: Adam on minibatches drawn with replacement."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(500, ge=1, le=1_000_000, description="gradient steps per decoder")
+    batch: int = Field(256, ge=1, le=65_536, description="training rows per step, drawn with replacement")
+    lr: float = Field(1e-2, gt=0, le=10.0, description="Adam step size")
+    log_every: int = Field(10, ge=1, le=1_000_000, description="steps between logged losses")
+    checkpoint_every: int = Field(100, ge=1, le=1_000_000, description="steps between checkpoints")
 
 
 class DilutionSweepConfig(BaseModel):
@@ -44,18 +51,10 @@ class DilutionSweepConfig(BaseModel):
 
     alphas: tuple[float, ...] = Field(GRID_ALPHAS, min_length=1, max_length=16, description="the grid of rates, each in (0, 1]")
     include_all: bool = Field(True, description="also train one decoder on all rates together")
-    vocab: int = _like("vocab")
-    dim: int = _like("dim")
-    max_lag: int = _like("max_lag")
-    window: int = _like("window")
-    n_train: int = _like("n_train")
-    n_test: int = _like("n_test")
-    steps: int = Field(500, ge=1, le=1_000_000, description="gradient steps per decoder")
-    batch: int = Field(256, ge=1, le=65_536, description="training rows per step, drawn with replacement")
-    lr: float = Field(1e-2, gt=0, le=10.0, description="Adam step size")
-    log_every: int = Field(10, ge=1, le=1_000_000, description="steps between logged losses")
-    checkpoint_every: int = Field(100, ge=1, le=1_000_000, description="steps between checkpoints")
-    seed: int = _like("seed")
+    # The stream keeps the closed-form measurement's settings and bounds: the same class.
+    stream: StreamConfig = StreamConfig()
+    train: SweepTrainConfig = SweepTrainConfig()
+    seed: int = seed_field("seed of the stream, the decoders' initialisation and their minibatches")
 
     @field_validator("alphas")
     @classmethod
@@ -65,12 +64,14 @@ class DilutionSweepConfig(BaseModel):
 
 PRESETS: dict[str, dict] = {
     # ≈ 10 s on 2 cores, most of it the worker's imports: enough to see lag-0 decoding fade with lag.
-    "quick": dict(alphas=(0.5, 0.1, 0.02), vocab=32, dim=32, max_lag=8, n_train=4096, n_test=1024,
-                  steps=200, batch=256, lr=0.02, log_every=10, checkpoint_every=50),
+    "quick": {"alphas": (0.5, 0.1, 0.02), "stream.vocab": 32, "stream.dim": 32, "stream.max_lag": 8,
+              "stream.n_train": 4096, "stream.n_test": 1024, "train.steps": 200, "train.batch": 256,
+              "train.lr": 0.02, "train.log_every": 10, "train.checkpoint_every": 50},
     # The paper's three rates inside a wider grid, at the page's sizes: minutes on 2 cores.
-    "paper": dict(alphas=tuple(sorted({*PAPER_ALPHAS, 0.3, 0.2, 0.05, 0.01}, reverse=True)), vocab=64, dim=64,
-                  max_lag=24, n_train=32_768, n_test=8192, steps=2000, batch=512, lr=0.01, log_every=20,
-                  checkpoint_every=250),
+    "paper": {"alphas": tuple(sorted({*PAPER_ALPHAS, 0.3, 0.2, 0.05, 0.01}, reverse=True)), "stream.vocab": 64,
+              "stream.dim": 64, "stream.max_lag": 24, "stream.n_train": 32_768, "stream.n_test": 8192,
+              "train.steps": 2000, "train.batch": 512, "train.lr": 0.01, "train.log_every": 20,
+              "train.checkpoint_every": 250},
 }
 
 
@@ -111,11 +112,11 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     # CLI command and every worker, of any kind) imports this module: only a dilution run pays for them.
     from ema_core.dilution import feature_sets, random_stream, window_features
 
-    sets = feature_sets(cfg.alphas, cfg.window, cfg.dim, include_all=cfg.include_all)
-    total = len(sets) * cfg.steps
+    sets = feature_sets(cfg.alphas, cfg.stream.window, cfg.stream.dim, include_all=cfg.include_all)
+    total = len(sets) * cfg.train.steps
     # first: a bad checkpoint fails before any work
     resumed, start_set, start_step, rows, summary, elapsed_before = _restore(cfg, reporter)
-    reporter.progress((start_set * cfg.steps + start_step) / total, "building the token stream and its traces")
+    reporter.progress((start_set * cfg.train.steps + start_step) / total, "building the token stream and its traces")
     Xtr_all, Xte_all, Ytr, Yte = _build_data(cfg, random_stream, window_features)
     checkpoint = functools.partial(_checkpoint, cfg, reporter, t_start, elapsed_before, rows, summary)
     for si, (name, cols) in enumerate(sets):
@@ -143,7 +144,7 @@ def _restore(cfg: DilutionSweepConfig, reporter: Reporter) -> tuple[dict | None,
     _, resumed = ckpt
     check_checkpoint(resumed, what="dilution-sweep checkpoint", fmt=CHECKPOINT_FORMAT,
                      keys=("set_index", "step", "model", "optim", "data_rng", "torch_rng", "rows", "summary",
-                           "elapsed"), expect={"config": cfg.model_dump_json()})
+                           "elapsed"), expect={"config": StoredConfig(KIND, cfg)})
     start_set, start_step = int(resumed["set_index"]), int(resumed["step"])
     rows, summary = list(resumed["rows"]), dict(resumed["summary"])
     elapsed_before = float(resumed["elapsed"])
@@ -155,14 +156,14 @@ def _build_data(cfg: DilutionSweepConfig, random_stream, window_features):
     """Standardised train and test features (all rates) and their targets at every lag."""
     # random_stream and window_features are passed in so that ema_core.dilution's costly import
     # stays in one place, in _run.
-    K, D, L, Wn = len(cfg.alphas), cfg.dim, cfg.max_lag, cfg.window
+    K, D, L, Wn = len(cfg.alphas), cfg.stream.dim, cfg.stream.max_lag, cfg.stream.window
     # The stream of ``dilution._measure``, by the torch path, on the one thread this run holds: the
     # numba path splits a long stream by its thread count (which changes the traces' last bits, and a
     # resumed run must see the very same features), and its OpenMP pool spin-waits on cores that
     # other workers need (measured: two concurrent workers took 10x longer than one).
-    tokens, traces, first = random_stream(cfg, backend="torch")
+    tokens, traces, first = random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
     steps_all = np.arange(first, len(tokens))
-    train, test = steps_all[: cfg.n_train], steps_all[cfg.n_train :]
+    train, test = steps_all[: cfg.stream.n_train], steps_all[cfg.stream.n_train :]
     Ftr = window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
     Fte = window_features(traces, test, Wn, K, D)  # (m, p)
     # Standardised with the training stretch's statistics, as the closed-form decoder does: a slow
@@ -193,18 +194,18 @@ def _checkpoint(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float, el
         "summary": summary,
         "elapsed": elapsed_before + time.perf_counter() - t_start,
     }
-    reporter.save_checkpoint(set_index * cfg.steps + step, state)
+    reporter.save_checkpoint(set_index * cfg.train.steps + step, state)
 
 
 def _new_decoder(cfg: DilutionSweepConfig, set_index: int, n_cols: int):
     """A zeroed linear decoder over ``n_cols`` features, its Adam and its minibatch generator."""
     # nn.Linear's own initialisation draws from the global torch RNG (kept in checkpoints) before the
     # zeros overwrite it: a resumed run must draw the same, so the construction stays as it is.
-    model = torch.nn.Linear(n_cols, (cfg.max_lag + 1) * cfg.vocab)
+    model = torch.nn.Linear(n_cols, (cfg.stream.max_lag + 1) * cfg.stream.vocab)
     with torch.no_grad():  # a convex problem: zeros are a fine start and need no RNG
         model.weight.zero_()
         model.bias.zero_()
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
     gen = torch.Generator().manual_seed(_data_seed(cfg.seed, set_index))
     return model, opt, gen
 
@@ -219,26 +220,26 @@ def _load_decoder(resumed: dict, model, opt, gen: torch.Generator) -> None:
 def _train_decoder(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, X: np.ndarray, Ytr: torch.Tensor,
                    model, opt, gen: torch.Generator, first_step: int, total: int, checkpoint) -> float:
     """Adam steps ``first_step``..``steps`` on feature set ``si``; the last logged loss (nan if none)."""
-    L, V = cfg.max_lag, cfg.vocab
+    L, V = cfg.stream.max_lag, cfg.stream.vocab
     Xtr = torch.from_numpy(np.ascontiguousarray(X))  # (n, p_set)
     n = len(Ytr)
     loss_value = float("nan")
-    for step in range(first_step, cfg.steps):
+    for step in range(first_step, cfg.train.steps):
         if reporter.should_stop():
             checkpoint(si, step, model, opt, gen)
-            raise Cancelled(si * cfg.steps + step)
-        idx = torch.randint(n, (cfg.batch,), generator=gen)  # the data order: gen's state is the position
-        logits = model(Xtr[idx]).view(cfg.batch * (L + 1), V)  # (B·(L+1), V)
+            raise Cancelled(si * cfg.train.steps + step)
+        idx = torch.randint(n, (cfg.train.batch,), generator=gen)  # the data order: gen's state is the position
+        logits = model(Xtr[idx]).view(cfg.train.batch * (L + 1), V)  # (B·(L+1), V)
         loss = F.cross_entropy(logits, Ytr[idx].reshape(-1)) * (L + 1)  # Σ over lags of each lag's mean
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         done = step + 1
-        if done % cfg.log_every == 0 or done == cfg.steps:
+        if done % cfg.train.log_every == 0 or done == cfg.train.steps:
             loss_value = loss.item()
-            reporter.log(si * cfg.steps + done, {f"loss/{name}": loss_value})
-        reporter.progress((si * cfg.steps + done) / total, f"{name}: step {done}/{cfg.steps}")
-        if done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            reporter.log(si * cfg.train.steps + done, {f"loss/{name}": loss_value})
+        reporter.progress((si * cfg.train.steps + done) / total, f"{name}: step {done}/{cfg.train.steps}")
+        if done % cfg.train.checkpoint_every == 0 and done < cfg.train.steps:
             checkpoint(si, done, model, opt, gen)
     return loss_value
 
@@ -247,24 +248,24 @@ def _score_decoder(cfg: DilutionSweepConfig, model, X: np.ndarray, Yte: torch.Te
     """Held-out accuracy at each lag, (L + 1,)."""
     Xte = torch.from_numpy(np.ascontiguousarray(X))  # (m, p_set)
     with torch.no_grad():
-        pred = model(Xte).view(-1, cfg.max_lag + 1, cfg.vocab).argmax(-1)  # (m, L + 1)
+        pred = model(Xte).view(-1, cfg.stream.max_lag + 1, cfg.stream.vocab).argmax(-1)  # (m, L + 1)
         return (pred == Yte).double().mean(0)
 
 
 def _record(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, acc: torch.Tensor, loss_value: float,
             rows: list[dict], summary: dict) -> None:
     """Add feature set ``si``'s rows and summary entries, and log its accuracies."""
-    L, chance = cfg.max_lag, 1.0 / cfg.vocab
+    L, chance = cfg.stream.max_lag, 1.0 / cfg.stream.vocab
     rows.extend({"feature": name, "lag": lag, "accuracy": float(acc[lag]), "chance": chance} for lag in range(L + 1))
     summary[f"acc_lag0/{name}"] = float(acc[0])
     summary[f"acc_lag{L}/{name}"] = float(acc[L])
     summary[f"final_loss/{name}"] = loss_value
-    reporter.log((si + 1) * cfg.steps, {f"acc_lag0/{name}": float(acc[0]), f"acc_lag{L}/{name}": float(acc[L])})
+    reporter.log((si + 1) * cfg.train.steps, {f"acc_lag0/{name}": float(acc[0]), f"acc_lag{L}/{name}": float(acc[L])})
 
 
 def _result(cfg: DilutionSweepConfig, reporter: Reporter, sets, rows: list[dict], summary: dict, seconds: float) -> dict:
     """The run's result: the summary completed, the accuracy table."""
-    summary["chance"] = 1.0 / cfg.vocab
+    summary["chance"] = 1.0 / cfg.stream.vocab
     summary["feature_sets"] = ", ".join(name for name, _ in sets)
     summary["seconds"] = seconds
     reporter.progress(1.0, "done")

@@ -18,23 +18,26 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.config import field_like
+from ema_core.config import seed_field
 from ema_core.lm.data import LMDataConfig, prepare, tokenizer_json
 from ema_core.lm import predictors, sizes
 from ema_core.lm.sizes import build_model
 from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
-from ema_core.protocol import Experiment, Reporter
+from ema_core.protocol import Experiment, Reporter, StoredConfig
 
 KIND = "lm"
 # The choice lists come from the registries that build the models (one declaration each).
 MODELS = sizes.MODELS
 PREDICTORS = tuple(predictors.PREDICTORS)
-ATTN_INPUTS = predictors.ATTN_INPUTS
 SIZES = tuple(sizes.SIZES)
 
 
 class LMConfig(BaseModel):
-    """A language model (SPEN or its same-size GPT) on a corpus; every setting the run depends on."""
+    """A language model (SPEN or its same-size GPT) on a corpus; every setting the run depends on.
+
+    What is compared (model, predictor, attention input, size) sits at the top; the corpus and the
+    training loop are their components' configs, composed whole (``data.corpus``, ``train.lr``).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,32 +46,11 @@ class LMConfig(BaseModel):
     attn_input: str = Field("state", description="what an attention predictor reads: state (current traces), "
                                                  "sequence (past trace states) or tokens (raw inputs: the control)")
     size: str = Field("tiny", description=f"model size: one of {', '.join(SIZES)}")
-    # data: the fields of LMDataConfig (one definition of each bound)
-    corpus: str = field_like(LMDataConfig, "corpus")
-    val_doc: str = field_like(LMDataConfig, "val_doc")
-    val_fraction: float = field_like(LMDataConfig, "val_fraction")
-    max_docs: int | None = field_like(LMDataConfig, "max_docs")
-    max_chars: int | None = field_like(LMDataConfig, "max_chars")
-    tokenizer: str = field_like(LMDataConfig, "tokenizer")
-    vocab_size: int = field_like(LMDataConfig, "vocab_size", default=4096)
-    # training: the fields of TrainConfig
-    steps: int = field_like(TrainConfig, "steps")
-    batch: int = field_like(TrainConfig, "batch")
-    seq_len: int = field_like(TrainConfig, "seq_len")
-    lr: float = field_like(TrainConfig, "lr")
-    min_lr_frac: float = field_like(TrainConfig, "min_lr_frac")
-    warmup: int = field_like(TrainConfig, "warmup")
-    weight_decay: float = field_like(TrainConfig, "weight_decay")
-    beta2: float = field_like(TrainConfig, "beta2")
-    grad_clip: float = field_like(TrainConfig, "grad_clip")
-    eval_every: int = field_like(TrainConfig, "eval_every")
-    eval_tokens: int = field_like(TrainConfig, "eval_tokens")
-    final_eval_tokens: int = field_like(TrainConfig, "final_eval_tokens")
-    log_every: int = field_like(TrainConfig, "log_every")
-    checkpoint_every: int = field_like(TrainConfig, "checkpoint_every")
+    data: LMDataConfig = LMDataConfig()
+    train: TrainConfig = TrainConfig()
     device: str = Field("auto", description="auto (CUDA when present), cpu or cuda")
     threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default)")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the initialisation and of the batches")
+    seed: int = seed_field("seed of the initialisation and of the batches")
 
     @field_validator("device")
     @classmethod
@@ -81,40 +63,29 @@ class LMConfig(BaseModel):
 
     @model_validator(mode="after")
     def _choices(self) -> "LMConfig":
-        for name, allowed in (("model", MODELS), ("predictor", PREDICTORS), ("attn_input", ATTN_INPUTS),
-                              ("size", SIZES), ("device", ("auto", "cpu", "cuda"))):
+        for name, allowed in (("model", MODELS), ("size", SIZES), ("device", ("auto", "cpu", "cuda"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        if self.predictor == "linear" and self.attn_input != "state":
-            raise ValueError(f"attn_input={self.attn_input!r} needs an attention predictor; the linear predictor "
-                             "reads the current trace state only")
-        # The component configs' own checks (an unknown novel, a missing corpus file, a warm-up
-        # longer than the run) at config time, before a run folder exists.
-        self.data_config()
-        self.train_config()
+        predictors.check_predictor(self.predictor, self.attn_input)  # the predictors' own rule, stated once
         return self
-
-    def data_config(self) -> LMDataConfig:
-        return LMDataConfig(**{name: getattr(self, name) for name in LMDataConfig.model_fields})
-
-    def train_config(self) -> TrainConfig:
-        return TrainConfig(**{name: getattr(self, name) for name in TrainConfig.model_fields})
 
 
 PRESETS: dict[str, dict] = {
     # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
     # (0.6M training tokens, under one pass over the five novels).
-    "quick": dict(size="tiny", vocab_size=4096, seq_len=256, batch=8, steps=300, warmup=30, lr=3e-3,
-                  eval_every=50, eval_tokens=16_384, final_eval_tokens=65_536),
+    "quick": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 300,
+              "train.warmup": 30, "train.lr": 3e-3, "train.eval_every": 50, "train.eval_tokens": 16_384,
+              "train.final_eval_tokens": 65_536},
     # Two CPU cores, about ten minutes, to a validation loss that has stopped moving.
-    "tiny": dict(size="tiny", vocab_size=4096, seq_len=256, batch=8, steps=1200, warmup=100, lr=3e-3,
-                 eval_every=100, eval_tokens=16_384),
+    "tiny": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 1200,
+             "train.warmup": 100, "train.lr": 3e-3, "train.eval_every": 100, "train.eval_tokens": 16_384},
     # One GPU (or a patient CPU).
-    "small": dict(size="small", vocab_size=8192, seq_len=512, batch=32, steps=5000, warmup=250, lr=1.5e-3,
-                  eval_every=250, eval_tokens=131_072),
+    "small": {"size": "small", "data.vocab_size": 8192, "train.seq_len": 512, "train.batch": 32, "train.steps": 5000,
+              "train.warmup": 250, "train.lr": 1.5e-3, "train.eval_every": 250, "train.eval_tokens": 131_072},
     # The paper's size: 12 blocks, d = 768, ≈ 130M parameters with GPT-2's vocabulary size; for a GPU.
-    "paper": dict(size="paper", vocab_size=50_257, seq_len=1024, batch=32, steps=20_000, warmup=1000, lr=6e-4,
-                  eval_every=500, eval_tokens=262_144, checkpoint_every=1000),
+    "paper": {"size": "paper", "data.vocab_size": 50_257, "train.seq_len": 1024, "train.batch": 32,
+              "train.steps": 20_000, "train.warmup": 1000, "train.lr": 6e-4, "train.eval_every": 500,
+              "train.eval_tokens": 262_144, "train.checkpoint_every": 1000},
 }
 
 
@@ -143,13 +114,13 @@ def _device(cfg: LMConfig):
 
 def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     reporter.progress(0.0, "reading the corpus and its tokenizer")
-    data = prepare(cfg.data_config())
+    data = prepare(cfg.data)
     tok = data.tokenizer
     # The tokenizer travels with the run: its numbers mean nothing without it.
     reporter.save_artifact("tokenizer.json", tokenizer_json(tok).encode())
     rank, world, device = init_distributed() if _under_torchrun() else (0, 1, _device(cfg))
     model = build_model(cfg.model, cfg.size, vocab_size=tok.get_vocab_size(), predictor=cfg.predictor,
-                        attn_input=cfg.attn_input, seq_len=cfg.seq_len, seed=cfg.seed)
+                        attn_input=cfg.attn_input, seq_len=cfg.train.seq_len, seed=cfg.seed)
     params = sum(p.numel() for p in model.parameters())
 
     def val_bytes(ids: np.ndarray) -> int:
@@ -157,8 +128,8 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
 
     streams = Streams(train=np.array(data.streams.train), val=np.array(data.streams.val), val_bytes=val_bytes)
     reporter.progress(0.0, f"training {cfg.model} ({params:,} parameters)")
-    out = train_lm(model, streams, cfg.train_config(), cfg.seed, reporter, device=device,
-                   extra_state={"config": cfg.model_dump_json()})
+    out = train_lm(model, streams, cfg.train, cfg.seed, reporter, device=device,
+                   extra_state={"config": StoredConfig(KIND, cfg)})
     final = out["final"]
     summary = {
         "model": cfg.model,
@@ -195,5 +166,5 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="A language model on real text: SPEN (EMA traces only, a predictor ablation) or the same-size GPT.",
-    identity=("model", "predictor", "attn_input", "corpus"),
+    identity=("model", "predictor", "attn_input", "data.corpus"),
 )

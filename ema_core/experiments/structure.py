@@ -24,11 +24,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ema_core.bigru import BiGRUConfig, predict, train_bigru
-from ema_core.config import field_like
+from ema_core.config import seed_field
 from ema_core.experiments.dilution_sweep import deterministic_torch
 from ema_core.grammar import N_WORDS, ROLES, STRUCTURES, GrammarConfig, Sentence, sample_sentences, stream, vocabulary
 from ema_core.probes import PROBE_KINDS, accuracy_by_label, apply_control, control_labels, fit_probe
-from ema_core.protocol import Cancelled, Experiment, Reporter, check_checkpoint
+from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
 from ema_core.spcn import FEATURE_SETS, SPCN, SPCNConfig, SPCNState
 
 KIND = "structure"
@@ -42,74 +42,44 @@ SPCN_HEADLINE = "traces"
 
 
 class StructureConfig(BaseModel):
-    """Grammatical roles from SPCN traces (zero labels) against a supervised BiGRU."""
+    """Grammatical roles from SPCN traces (zero labels) against a supervised BiGRU.
+
+    The components' configs are composed whole (``spcn.units``, ``bigru.hidden``): each setting is
+    declared once, by the component that reads it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # grammar
     n_train: int = Field(1500, ge=20, le=200_000, description="training sentences (the dev split is cut from them)")
     n_eval: int = Field(500, ge=10, le=100_000, description="sentences in each of the test, novel and deep splits")
     dev_fraction: float = Field(0.2, ge=0.05, le=0.5, description="share of the training sentences kept for dev")
-    deep_depth: int = field_like(GrammarConfig, "deep_depth")
-    held_out_fraction: float = field_like(GrammarConfig, "held_out_fraction")
-    # SPCN
-    code_dim: int = field_like(SPCNConfig, "code_dim")
-    units: int = field_like(SPCNConfig, "units")
-    k: int = field_like(SPCNConfig, "k")
-    rates: tuple[float, ...] = field_like(SPCNConfig, "rates")
-    reset_at_sentence: bool = field_like(SPCNConfig, "reset_at_sentence")
-    context_gain: float = field_like(SPCNConfig, "context_gain")
-    hebbian_lr: float = field_like(SPCNConfig, "lr", description="η of SPCN's Hebbian update")
-    hebbian_batch: int = field_like(SPCNConfig, "batch", description="tokens per Hebbian update")
-    passes: int = field_like(SPCNConfig, "passes")
-    precision_rate: float = field_like(SPCNConfig, "precision_rate")
-    precision_clip: float = field_like(SPCNConfig, "precision_clip")
-    # probes
+    grammar: GrammarConfig = GrammarConfig()
+    spcn: SPCNConfig = SPCNConfig()
     probe: str = Field("ridge", description=f"linear probe: one of {', '.join(PROBE_KINDS)}")
-    # BiGRU
-    bigru_embed: int = field_like(BiGRUConfig, "embed")
-    bigru_hidden: int = field_like(BiGRUConfig, "hidden")
-    bigru_max_epochs: int = field_like(BiGRUConfig, "max_epochs")
-    bigru_patience: int = field_like(BiGRUConfig, "patience")
-    bigru_unk_dropout: float = field_like(BiGRUConfig, "unk_dropout")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the sentences, SPCN's random parts, probes and BiGRU")
+    bigru: BiGRUConfig = BiGRUConfig()
+    seed: int = seed_field("seed of the sentences, SPCN's random parts, probes and BiGRU")
 
     def model_post_init(self, _context) -> None:
         if self.probe not in PROBE_KINDS:
             raise ValueError(f"probe must be one of {', '.join(PROBE_KINDS)}, got {self.probe!r}")
-        self.spcn()  # SPCN's own cross-field checks (k < units) at config time, not mid-run
         if int(self.n_train * self.dev_fraction) < 1 or int(self.n_train * (1 - self.dev_fraction)) < 1:
             raise ValueError(f"n_train={self.n_train} leaves no dev or no train sentences at dev_fraction={self.dev_fraction}")
-
-    def grammar(self, n: int) -> GrammarConfig:
-        return GrammarConfig(n_sentences=n, deep_depth=self.deep_depth, held_out_fraction=self.held_out_fraction)
-
-    def spcn(self) -> SPCNConfig:
-        return SPCNConfig(code_dim=self.code_dim, units=self.units, k=self.k, rates=self.rates,
-                          reset_at_sentence=self.reset_at_sentence, context_gain=self.context_gain,
-                          lr=self.hebbian_lr, batch=self.hebbian_batch, passes=self.passes,
-                          precision_rate=self.precision_rate, precision_clip=self.precision_clip)
-
-    def bigru(self) -> BiGRUConfig:
-        return BiGRUConfig(embed=self.bigru_embed, hidden=self.bigru_hidden, max_epochs=self.bigru_max_epochs,
-                           patience=self.bigru_patience, unk_dropout=self.bigru_unk_dropout)
 
 
 PRESETS: dict[str, dict] = {
     # One seed in well under a minute on 2 cores, BiGRU included; the same comparisons, smaller.
-    "quick": dict(n_train=1000, n_eval=300, units=192, k=12, passes=2),
+    "quick": {"n_train": 1000, "n_eval": 300, "spcn.units": 192, "spcn.k": 12, "spcn.passes": 2},
     # The sizes behind the figures in docs/benchmarks.md; a few minutes per seed on 2 cores.
-    "paper": dict(n_train=4000, n_eval=1000, units=256, k=16, passes=3),
+    "paper": {"n_train": 4000, "n_eval": 1000, "spcn.units": 256, "spcn.k": 16, "spcn.passes": 3},
 }
 
 
 def sentences(cfg: StructureConfig) -> dict[str, list[Sentence]]:
     """The five splits of one run; a pure function of the config (its seed included)."""
-    train = sample_sentences(cfg.grammar(cfg.n_train), cfg.seed, "train")
+    train = sample_sentences(cfg.grammar, cfg.n_train, cfg.seed, "train")
     n_dev = int(cfg.n_train * cfg.dev_fraction)
-    ev = cfg.grammar(cfg.n_eval)
     return {"train": train[:-n_dev], "dev": train[-n_dev:],
-            **{s: sample_sentences(ev, cfg.seed, s) for s in SPLITS_SCORED}}
+            **{s: sample_sentences(cfg.grammar, cfg.n_eval, cfg.seed, s) for s in SPLITS_SCORED}}
 
 
 def run(cfg: StructureConfig, reporter: Reporter) -> dict:
@@ -128,7 +98,7 @@ def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
     phase = saved.get("phase", "spcn")
     passes_done = int(saved.get("passes_done", 0))
     state = SPCNState.from_checkpoint(saved["spcn"]) if saved.get("spcn") else None
-    model = SPCN(cfg.spcn(), cfg.seed, state)
+    model = SPCN(cfg.spcn, cfg.seed, state)
     if phase == "spcn":
         _train_spcn(cfg, reporter, model, streams, passes_done, rows, parts, checkpoint)
         phase = "probes"
@@ -143,7 +113,7 @@ def _run(cfg: StructureConfig, reporter: Reporter, t_start: float) -> dict:
 
 def _total_steps(cfg: StructureConfig) -> int:
     """The progress bar's units: the passes, the probes, the BiGRU."""
-    return cfg.passes + 2
+    return cfg.spcn.passes + 2
 
 
 def _checkpoint(cfg: StructureConfig, reporter: Reporter, t_start: float, elapsed_before: float, parts: dict,
@@ -168,7 +138,7 @@ def _build_data(cfg: StructureConfig, reporter: Reporter) -> tuple[dict[str, lis
 def _train_spcn(cfg: StructureConfig, reporter: Reporter, model: SPCN, streams, passes_done: int, rows: list[dict],
                 parts: dict, checkpoint) -> None:
     """SPCN's Hebbian passes from ``passes_done`` on (no labels), its prediction error measured around them."""
-    P = cfg.passes
+    P = cfg.spcn.passes
     tok, _, start = streams["train"]  # the roles are never handed to SPCN
     if passes_done == 0:
         parts["prediction_error_untrained"] = model.prediction_error(tok, start)
@@ -187,10 +157,10 @@ def _train_spcn(cfg: StructureConfig, reporter: Reporter, model: SPCN, streams, 
 def _probe_spcn(cfg: StructureConfig, reporter: Reporter, model: SPCN, streams, rows: list[dict],
                 checkpoint) -> list[dict]:
     """Probes on trained and untrained SPCN, and the control task; their rows."""
-    P = cfg.passes
+    P = cfg.spcn.passes
     reporter.progress(P / _total_steps(cfg), "probing SPCN's features")
     try:
-        rows = _probe_all(cfg, model, SPCN(cfg.spcn(), cfg.seed), streams, reporter, step=P + 1)
+        rows = _probe_all(cfg, model, SPCN(cfg.spcn, cfg.seed), streams, reporter, step=P + 1)
     except Cancelled:
         checkpoint(rows, "probes", P, model.state)  # the probes restart whole: each is one closed-form fit
         raise Cancelled(P + 1) from None
@@ -201,13 +171,13 @@ def _probe_spcn(cfg: StructureConfig, reporter: Reporter, model: SPCN, streams, 
 def _train_and_score_bigru(cfg: StructureConfig, reporter: Reporter, model: SPCN, data, streams, rows: list[dict],
                            parts: dict, checkpoint) -> list[dict]:
     """Train the supervised BiGRU and score it on each scored split; its rows."""
-    P = cfg.passes
+    P = cfg.spcn.passes
     reporter.progress((P + 1) / _total_steps(cfg), "training the BiGRU")
     def log(epoch: int, metrics: dict) -> None:
         reporter.log(P + 1 + epoch, metrics)
 
     try:
-        net, info = train_bigru(cfg.bigru(), data["train"], data["dev"], cfg.seed, log=log,
+        net, info = train_bigru(cfg.bigru, data["train"], data["dev"], cfg.seed, log=log,
                                 should_stop=reporter.should_stop)
     except Cancelled:
         checkpoint(rows, "bigru", P, model.state)  # the BiGRU restarts from scratch: it is the cheap part
@@ -319,7 +289,7 @@ def summarise(rows: list[dict], parts: dict) -> dict:
 def _check_checkpoint(state: dict, cfg: StructureConfig) -> dict:
     check_checkpoint(state, what="structure checkpoint", fmt=CHECKPOINT_FORMAT,
                      keys=("phase", "passes_done", "spcn", "rows", "parts", "elapsed"),
-                     expect={"config": cfg.model_dump_json()})
+                     expect={"config": StoredConfig(KIND, cfg)})
     if state["phase"] not in ("spcn", "probes", "bigru"):
         raise ValueError(f"checkpoint names an unknown phase {state['phase']!r}")
     return state

@@ -143,3 +143,9 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
         height=HEIGHT,
         title=chart_title("Measured identity at lag k", "linear decoder, scored on held-out steps"),
     )
+
+
+def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
+    """The figures of one run's exported ``dilution_accuracy`` rows, each with its file stem."""
+    return [("identity_accuracy", identity_chart(rows[["feature", "lag", "accuracy"]], float(rows["chance"].iloc[0])))]
+

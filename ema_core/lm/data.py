@@ -115,7 +115,7 @@ class LMDataConfig(BaseModel):
     tokenizer: str = Field("bpe", min_length=1, max_length=1000,
                            description='"bpe": byte-level BPE trained on the training split; else a tokenizer '
                                        'JSON file or a hub tokenizer name')
-    vocab_size: int = Field(8192, ge=257, le=262_144, description="BPE vocabulary (256 bytes + EOT + merges)")
+    vocab_size: int = Field(4096, ge=257, le=262_144, description="BPE vocabulary (256 bytes + EOT + merges)")
 
     @field_validator("tokenizer")
     @classmethod

@@ -51,19 +51,28 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-class GPTConfig(BaseModel):
-    """Size of the baseline; the seed is passed beside it."""
+class ModelShape(BaseModel):
+    """What SPEN and its matched GPT share, declared once: vocabulary, width, depth, heads, FFN
+    width, norm and dropout.  Each model's config adds its own settings; a model size fixes these."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    vocab_size: int = Field(..., ge=2, le=1_000_000, description="V: tokenizer vocabulary (shared with SPEN)")
+    vocab_size: int = Field(..., ge=2, le=1_000_000, description="V: tokenizer vocabulary (shared by both models)")
     d_model: int = Field(128, ge=8, le=8192, description="d: width of the residual stream")
-    n_layers: int = Field(4, ge=1, le=96, description="transformer blocks")
-    n_heads: int = Field(4, ge=1, le=128, description="attention heads; must divide d_model")
-    d_ff: int = Field(512, ge=1, le=131_072, description="hidden width of the dense FFN (sized to match SPEN)")
+    n_layers: int = Field(4, ge=1, le=96, description="blocks (the paper: 12)")
+    n_heads: int = Field(4, ge=1, le=128, description="attention heads (GPT's, and SPEN's attention predictors'); "
+                                                      "must divide d_model")
+    d_ff: int = Field(384, ge=1, le=131_072, description="FFN width: SPEN's sparse FFN; the GPT's dense one is "
+                                                         "sized to match SPEN's parameters (ema_core.lm.sizes)")
+    norm: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="the pre-norms of every block and the final norm")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the residual branches (and GPT's attention "
+                                                            "weights), training only")
+
+
+class GPTConfig(ModelShape):
+    """Size of the baseline; the seed is passed beside it."""
+
     seq_len: int = Field(256, ge=1, le=131_072, description="longest context: rows of the positional embedding")
-    norm: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="the pre-norm of every block and the final norm")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on attention weights and residual branches (training only)")
 
     @model_validator(mode="after")
     def _heads(self):

@@ -22,29 +22,32 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from ema_core.lm.gpt import GPT, GPTConfig, count_params
+from ema_core.lm.gpt import GPT, GPTConfig, ModelShape, count_params
 from ema_core.lm.spen import SPEN, SPENConfig
 
 MODELS = ("spen", "gpt")
 
 
 class ModelSize(BaseModel):
-    """The dimensions a model size fixes; everything else keeps its config default."""
+    """What a model size fixes: the models' shape (everything else keeps its config default) and
+    the training context."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    d_model: int = Field(..., ge=8, le=8192, description="d: width of the residual stream")
-    n_layers: int = Field(..., ge=1, le=96, description="blocks")
-    n_heads: int = Field(..., ge=1, le=128, description="heads (GPT, and SPEN's attention predictors)")
-    d_ff: int = Field(..., ge=1, le=131_072, description="SPEN's sparse FFN width (GPT's is matched)")
-    vocab_size: int = Field(..., ge=2, le=1_000_000, description="default V, when the tokenizer does not say")
+    shape: ModelShape  # its vocab_size is the default V, for when no tokenizer says
     seq_len: int = Field(..., ge=1, le=131_072, description="training context (GPT's positional table)")
 
 
+def _size(d: int, layers: int, heads: int, vocab: int, seq_len: int) -> ModelSize:
+    # SPEN's sparse FFN is 3·d wide at every size (see the module's note)
+    return ModelSize(shape=ModelShape(d_model=d, n_layers=layers, n_heads=heads, d_ff=3 * d, vocab_size=vocab),
+                     seq_len=seq_len)
+
+
 SIZES: dict[str, ModelSize] = {
-    "tiny": ModelSize(d_model=128, n_layers=4, n_heads=4, d_ff=384, vocab_size=4096, seq_len=256),
-    "small": ModelSize(d_model=384, n_layers=6, n_heads=6, d_ff=1152, vocab_size=8192, seq_len=512),
-    "paper": ModelSize(d_model=768, n_layers=12, n_heads=12, d_ff=2304, vocab_size=50257, seq_len=1024),
+    "tiny": _size(128, 4, 4, 4096, 256),
+    "small": _size(384, 6, 6, 8192, 512),
+    "paper": _size(768, 12, 12, 50257, 1024),
 }
 
 
@@ -58,9 +61,9 @@ def get_size(name: str) -> ModelSize:
 def spen_config(size: str, *, vocab_size: int | None = None, predictor: str = "linear",
                 attn_input: str = "state", **overrides) -> SPENConfig:
     """A size's SPEN; ``overrides`` set any other :class:`SPENConfig` field."""
-    p = get_size(size)
-    fields = dict(d_model=p.d_model, n_layers=p.n_layers, n_heads=p.n_heads, d_ff=p.d_ff,
-                  vocab_size=vocab_size or p.vocab_size, predictor=predictor, attn_input=attn_input)
+    shape = get_size(size).shape
+    fields = dict(shape.model_dump(), vocab_size=vocab_size or shape.vocab_size, predictor=predictor,
+                  attn_input=attn_input)
     return SPENConfig(**{**fields, **overrides})
 
 
@@ -77,8 +80,7 @@ def matched_gpt_config(spen: SPENConfig, *, seq_len: int = 1024, multiple: int =
     The count is affine in d_ff (2·d·n_layers per unit), so two meta builds give the line;
     d_ff is rounded to a multiple of ``multiple`` (a matmul-friendly width).
     """
-    base = dict(vocab_size=spen.vocab_size, d_model=spen.d_model, n_layers=spen.n_layers, n_heads=spen.n_heads,
-                seq_len=seq_len, norm=spen.norm, dropout=spen.dropout)
+    base = dict({name: getattr(spen, name) for name in ModelShape.model_fields if name != "d_ff"}, seq_len=seq_len)
     target = param_count(spen)
     p1, p2 = (param_count(GPTConfig(**base, d_ff=f)) for f in (1, 2))
     d_ff = 1 + (target - p1) / (p2 - p1)

@@ -40,11 +40,11 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from ema_core.config import PAPER_ALPHAS, check_rates
-from ema_core.lm.gpt import init_weights, make_norm
+from ema_core.lm.gpt import ModelShape, init_weights, make_norm
 from ema_core.lm.predictors import PREDICTORS, check_predictor
 from ema_core.scan import ema_scan
 
@@ -70,15 +70,9 @@ def topk_sparsify(a: torch.Tensor, k: int, grad: str = "straight_through") -> to
     return a - a.detach().masked_fill(mask, 0.0)
 
 
-class SPENConfig(BaseModel):
-    """Size and wiring of one SPEN; the seed is passed beside it."""
+class SPENConfig(ModelShape):
+    """Size and wiring of one SPEN (the shape it shares with the GPT, then its own); the seed is passed beside it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    vocab_size: int = Field(..., ge=2, le=1_000_000, description="V: tokenizer vocabulary")
-    d_model: int = Field(128, ge=8, le=8192, description="d: width of the residual stream")
-    n_layers: int = Field(4, ge=1, le=96, description="SPEN blocks (the paper: 12)")
-    d_ff: int = Field(384, ge=1, le=131_072, description="hidden units of the sparse FFN")
     topk_frac: float = Field(0.06, gt=0.0, le=1.0, description="share of FFN units kept per token (the paper: 6 %)")
     topk_grad: Literal["straight_through", "masked"] = Field(
         "straight_through", description="backward of the top-k mask: identity, or the mask itself"
@@ -90,9 +84,6 @@ class SPENConfig(BaseModel):
     attn_input: str = Field(
         "state", description="what an attention predictor reads: state (current traces), sequence (traces over time) or tokens (raw past inputs)"
     )
-    n_heads: int = Field(4, ge=1, le=128, description="heads of an attention predictor; must divide d_model")
-    norm: Literal["layernorm", "rmsnorm"] = Field("layernorm", description="the pre-norms of every block and the final norm")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the residual branch (training only)")
 
     @field_validator("alphas")
     @classmethod

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ema_core.protocol import Cancelled, NullReporter, check_checkpoint
+from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
 
 CHECKPOINT_FORMAT = 1
 
@@ -159,7 +159,7 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     ``val/ppl`` and ``val/bpb`` every ``eval_every`` steps (rank 0 only), progress, and checkpoints;
     ``should_stop()`` is polled every step (a checkpoint is written, then :class:`Cancelled` raised).
     ``extra_state`` is stored in every checkpoint and must equal the stored one on resume (the caller's
-    identity of the run: its config).
+    identity of the run: its config, as a :class:`~ema_core.protocol.StoredConfig`).
     """
     reporter = reporter or NullReporter()
     device = torch.device(device)
@@ -225,7 +225,7 @@ def _checkpoint(reporter, main: bool, step: int, model: torch.nn.Module, opt: to
     if main:
         reporter.save_checkpoint(step, {
             "format": CHECKPOINT_FORMAT, "step": step, "model": model.state_dict(), "optim": opt.state_dict(),
-            "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds, **extra_state,
+            "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds, **stored(extra_state),
         })
 
 
