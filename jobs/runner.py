@@ -50,9 +50,11 @@ def validated_config(kind: str, config: BaseModel | dict | None = None, seed: in
                      preset: str | None = None) -> BaseModel:
     """The config a job will run: a model of the kind's class, or preset + overrides; ValueError otherwise."""
     exp = get_experiment(kind)
+    if isinstance(config, exp.config_cls) and seed in (None, getattr(config, "seed", None)):
+        return config  # built (and validated) where it was typed: not checked again before the worker
     if isinstance(config, BaseModel):
         # By name, not isinstance: Streamlit re-imports edited modules while a cached runner keeps
-        # the old classes, and the config is rebuilt from its fields below anyway.
+        # the old classes, and the config is rebuilt from its fields below.
         if type(config).__name__ != exp.config_cls.__name__:
             raise ValueError(f"a {kind} job needs a {exp.config_cls.__name__}, got {type(config).__name__}")
         return build_config(kind, overrides=config.model_dump(), seed=seed)
