@@ -8,7 +8,7 @@ PORT    ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast stress bench clean chromium
+.PHONY: run test test-fast stress bench gpu-check clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,10 @@ stress: $(DEVSTAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.scan --quick
+
+# Every figure that needs a GPU, in one call of at most 8 minutes (`make test` runs its --dry-run).
+gpu-check: $(DEVSTAMP)
+	$(BIN)/python -m bench.gpu --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache
