@@ -87,15 +87,43 @@ FLAT_CONFIG_PATHS: dict[str, dict[str, str]] = {
 }
 
 
-def current_config(kind: str, config: dict) -> dict:
-    """A stored config in today's shape: a flat one of an older run folder is nested, others pass as they are.
+# Settings added later whose default today is not what older runs did: a stored config that lacks
+# one ran with the value here, and must resume with it.  Frozen, like the map above.
+OLDER_BEHAVIOUR: dict[str, dict[str, Any]] = {
+    "lm": {"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
+}
 
-    Only names move; values are not checked here (the worker validates the config it runs).
+
+def current_config(kind: str, config: dict) -> dict:
+    """A stored config in today's shape: a flat one of an older run folder is nested, and a setting
+    added since that changed what a run does is given the value the older run ran with
+    (:data:`OLDER_BEHAVIOUR`); a config of today passes as it is.
+
+    Values are not checked here (the worker validates the config it runs).
     """
     moves = FLAT_CONFIG_PATHS.get(kind, {})
-    if not any(key in moves for key in config):
-        return config
-    return nest({moves.get(key, key): value for key, value in config.items()})
+    if any(key in moves for key in config):
+        config = nest({moves.get(key, key): value for key, value in config.items()})
+    missing = {path: value for path, value in OLDER_BEHAVIOUR.get(kind, {}).items() if not _has_path(config, path)}
+    if not missing or not all(_has_path(config, path.rsplit(".", 1)[0]) for path in missing if "." in path):
+        return config  # a config without the group at all is not one of these runs: left for the check
+    out = json.loads(json.dumps(config))  # a copy: the caller's dict is not changed
+    for path, value in missing.items():
+        *groups, leaf = path.split(".")
+        node = out
+        for g in groups:
+            node = node[g]
+        node[leaf] = value
+    return out
+
+
+def _has_path(config: dict, path: str) -> bool:
+    node: Any = config
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 _JSON_TYPES = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean",

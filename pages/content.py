@@ -16,7 +16,8 @@ from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, mean_std_cells
-from store.content import lm_ablation, lm_curves, lm_final_stats, lm_runs
+from store.content import (VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict, lm_ablation, lm_curves,
+                           lm_final_stats, lm_runs, verdict_number)
 from store.export import mean_std
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -195,7 +196,7 @@ def final_table(stats: pd.DataFrame, sel: pd.DataFrame) -> None:
     )
 
 
-def paper_table(stats: pd.DataFrame, found: pd.DataFrame) -> None:
+def paper_table(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdict) -> None:
     """The paper's numbers beside ours: SPEN linear (else the first SPEN present) against the GPT."""
     spen, gpt = _first(stats, "spen"), _first(stats, "gpt")
     name = spen["variant"].iloc[0] if len(spen) else "SPEN"
@@ -223,11 +224,14 @@ def paper_table(stats: pd.DataFrame, found: pd.DataFrame) -> None:
          "derived from [A]", *ours(spen, "bpb_ratio", 2, "pairs"),
          "per seed; on one text, bits per byte scale with the loss, so the paper's ratio holds if both models "
          "share a tokenizer"),
-        ("Predictor ablation: loss spread across predictors reading the state", "identical", "[A] [S]",
-         *measured("spread_state"),
-         "per seed: max − min final loss (nats/token) over SPEN's predictors reading the current trace state"),
-        ("Raw-token control: loss below the best state reader", "—", "ours", *measured("tokens_gain"),
-         "per seed: best state reader − best raw-token control (nats/token)"),
+        # Not "identical" beside a number: the verdict of a stated rule (store.content.VERDICT_RULE), from the
+        # numbers of the ablation section, with the seeds its thinnest comparison had.
+        ("Predictor ablation: attention predictors reading the state against SPEN linear", "identical",
+         "[A] [S]", verdict.word if verdict.verdict != "untested" else "", verdict.claim_seeds,
+         "the verdict of the rule under Predictor ablation: within the seeds' spread of SPEN linear, with the "
+         "raw-token control better beyond it (the power check)"),
+        ("Raw-token control (the power check): loss below the best state reader", "—", "ours",
+         *measured("tokens_gain"), "per seed: best state reader − best raw-token control (nats/token)"),
         ("SPEN Wikipedia perplexity", "729", "[U]", "", 0, "not measured here"),
     ]
     table = pd.DataFrame(
@@ -251,7 +255,34 @@ SPREAD = {  # measure of store.content.lm_ablation -> what the spread table call
 }
 
 
-def ablation_section(stats: pd.DataFrame, found: pd.DataFrame) -> None:
+VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
+               "untested": st.info}
+
+
+def verdict_block(verdict: AblationVerdict) -> None:
+    """The rule in words, the comparisons it reads, and the sentence computed from them."""
+    st.markdown("##### Verdict")
+    st.markdown(VERDICT_RULE)
+    comp = verdict.comparisons
+    if len(comp):
+        shown = pd.DataFrame({
+            "comparison": comp["role"], "variant": comp["variant"], "against": comp["reference"],
+            "Δ loss (nats/token)": comp["delta"].map(verdict_number),
+            "pooled std": comp["pooled_std"].map(lambda v: "" if pd.isna(v) else verdict_number(v)),
+            "threshold": comp["threshold"].map(lambda v: "" if pd.isna(v) else verdict_number(v)),
+            "seeds": [f"{a} / {b}" for a, b in zip(comp["n"], comp["n_ref"])],
+            "beyond the spread": comp["beyond"].map({True: "yes", False: "no"}).fillna("too few seeds"),
+        })
+        st.table(shown, hide_index=True)
+        table_downloads(shown, "content_ablation_verdict", key="content_verdict_dl",
+                        caption="The predictor ablation's verdict: each comparison the rule reads (Δ = the "
+                                "variant's mean final validation loss − its reference's; threshold = "
+                                f"{VERDICT_K:g} × pooled std).",
+                        label="tab:content-ablation-verdict")
+    VERDICT_BOX[verdict.verdict](verdict.sentence)
+
+
+def ablation_section(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdict) -> None:
     st.subheader("Predictor ablation")
     st.markdown(
         "Every SPEN here has the same traces; only the predictor differs. **What to expect**: an attention "
@@ -292,9 +323,10 @@ def ablation_section(stats: pd.DataFrame, found: pd.DataFrame) -> None:
             table_downloads(spread, "content_ablation_spread", key="content_spread_dl",
                             caption="The ablation's spread (final validation loss, nats/token): formed per seed, "
                                     "then mean ± std across seeds.", label="tab:content-ablation-spread")
-            st.caption("Within noise: the spread across state readers is about the seed noise or below. "
-                       "Differences are formed within a seed (same data order), then averaged; n counts seeds "
-                       "(for the seed noise: the variants pooled).")
+            st.caption("Differences are formed within a seed (same data order), then averaged; n counts seeds "
+                       "(for the seed noise: the variants pooled). Whether they are within noise is the verdict's "
+                       "to say, below.")
+    verdict_block(verdict)
 
 
 try:
@@ -309,8 +341,9 @@ st.subheader("Final evaluation, and the paper's numbers beside ours")
 if stats.empty:
     st.info("These runs hold no final evaluation.")
 else:
+    verdict = ablation_verdict(stats)
     final_table(stats, sel)
-    paper_table(stats, found)
-    ablation_section(stats, found)
+    paper_table(stats, found, verdict)
+    ablation_section(stats, found, verdict)
 
 launch_section()

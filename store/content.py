@@ -3,10 +3,15 @@ the predictor ablation, SPEN beside the same-size GPT."""
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
+
+from ema_core.palette import LM_VARIANTS
+from ema_core.tables import number_text
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
@@ -15,10 +20,34 @@ from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_f
 # attention input of the SPEN it was sized to.  Runs are *comparable* when their configs agree once
 # the variant, the seed and the settings that cannot change a number are set aside.
 
-LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "log_every", "checkpoint_every")
-# A JSON merge patch (RFC 7396) that deletes those fields: what is left is the comparable config.
-_LM_COMPARABLE = "json_merge_patch(r.config, $drop)::VARCHAR"
-_LM_DROP = json.dumps({k: None for k in LM_VARIANT_FIELDS})
+LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "train.log_every",
+                     "train.checkpoint_every")
+# A JSON merge patch (RFC 7396) that deletes those fields: what is left is the comparable config.  The
+# patch is nested as the config is (a merge patch recurses: {"train": {"log_every": null}} deletes
+# train.log_every and keeps the rest of train).
+# data.doc_sep came later than the runs of older code, whose stored configs lack it: for Austen it
+# changes nothing (one document per novel whatever it says), so it is left out there; elsewhere a
+# missing one reads as what the older code did (a .txt file was one document: "none").  It is
+# dropped with the rest, then put back last, so that its place in the text (which the group's hash
+# reads) is the same whether the run stored it or not.
+_LM_DOC_SEP = """CASE WHEN r.config->'data'->>'corpus' = 'austen' THEN '{}'::JSON
+                      ELSE json_object('data', json_object('doc_sep', coalesce(r.config->'data'->>'doc_sep', 'none')))
+                 END"""
+_LM_COMPARABLE = f"json_merge_patch(json_merge_patch(r.config, $drop), {_LM_DOC_SEP})::VARCHAR"
+
+
+def _drop_patch(paths) -> str:
+    patch: dict = {}
+    for path in paths:
+        *groups, leaf = path.split(".")
+        node = patch
+        for g in groups:
+            node = node.setdefault(g, {})
+        node[leaf] = None
+    return json.dumps(patch)
+
+
+_LM_DROP = _drop_patch((*LM_VARIANT_FIELDS, "data.doc_sep"))
 _LM_ORDER = ("list_position(['gpt', 'spen'], {p}model), list_position(['linear', 'linear_attention', "
              "'softmax_attention'], {p}predictor), list_position(['state', 'sequence', 'tokens'], {p}attn_input)")
 _LM_RUNS = f"""SELECT r.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
@@ -201,6 +230,152 @@ def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None
         FROM v HAVING count(*) > 0
         ORDER BY measure"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
+
+
+# -- the predictor ablation's verdict, by a stated rule ----------------------------------------------------
+# Pure arithmetic on lm_final_stats' numbers (no SQL): kept beside the query whose frame it reads, so
+# that the page only draws what this returns.
+
+VERDICT_K = 2.0          # "beyond the seeds' spread": |Δ| ≥ VERDICT_K × pooled std
+VERDICT_MIN_SEEDS = 2    # a spread needs two seeds of each side
+VERDICT_DECIMALS = 4     # every number of the verdict, in its table and its sentence alike
+VERDICT_RULE = (
+    "**The rule.** Two variants differ *beyond the seeds' spread* when their mean final validation losses "
+    f"differ by at least {VERDICT_K:g} × their pooled standard deviation across seeds "
+    "(pooled std = √(((n₁ − 1)·s₁² + (n₂ − 1)·s₂²) / (n₁ + n₂ − 2)), s the sample std of each "
+    "variant's "
+    f"seeds); each side needs at least {VERDICT_MIN_SEEDS} seeds. The paper claims that SPEN's attention "
+    "predictors reading the current trace state do what the linear predictor does. **Reproduced**: every such "
+    "attention predictor is within the spread of SPEN linear, *and* the power check passes: the raw-token "
+    "control (attention over the raw past tokens, no EMA bottleneck) is better than the best state reader "
+    "beyond the spread, so this budget can show a predictor's effect when there is one. **Not reproduced**: "
+    "a state-reading attention predictor differs from SPEN linear beyond the spread. **Inconclusive at this "
+    "budget**: fewer seeds than that, or the control is as flat as the EMA variants (the ablation has no "
+    "power), or there is no control to tell. Readers of past trace *states* are shown beside the rule, not in "
+    "it: an EMA sequence can be undone, so a gain there would not contradict the paper."
+)
+VERDICT_WORDS = {"reproduced": "reproduced", "not_reproduced": "not reproduced",
+                 "inconclusive": "inconclusive at this budget", "untested": "not tested by these runs"}
+
+
+@dataclass(frozen=True)
+class AblationVerdict:
+    verdict: str                 # a key of VERDICT_WORDS
+    sentence: str                # the finding, computed from the numbers in ``comparisons``
+    comparisons: pd.DataFrame    # role, variant, reference, delta, pooled_std, threshold, n, n_ref, beyond
+
+    @property
+    def word(self) -> str:
+        return VERDICT_WORDS[self.verdict]
+
+    @property
+    def claim_seeds(self) -> int:
+        """The fewest seeds any side of a claim comparison had (0 when there is none)."""
+        claim = self.comparisons[self.comparisons["role"] == "claim"]
+        return int(claim[["n", "n_ref"]].min().min()) if len(claim) else 0
+
+
+def verdict_number(x: float) -> str:
+    """A number of the verdict as its table and its sentence both show it."""
+    return number_text(float(x), VERDICT_DECIMALS)
+
+
+def pooled_std(s1: float, n1: int, s2: float, n2: int) -> float:
+    """√(((n₁−1)s₁² + (n₂−1)s₂²)/(n₁+n₂−2)); NaN when either side has fewer than two seeds."""
+    if min(n1, n2) < VERDICT_MIN_SEEDS or any(v is None or not math.isfinite(v) for v in (s1, s2)):
+        return math.nan
+    return math.sqrt(((n1 - 1) * s1 * s1 + (n2 - 1) * s2 * s2) / (n1 + n2 - 2))
+
+
+def _variant_name(predictor: str, attn_input: str) -> str:
+    # The palette's label (the charts' and tables' own); the figures module would pull in Altair here.
+    return LM_VARIANTS.get(("spen", predictor, attn_input), (f"SPEN {predictor} ({attn_input})", ""))[0]
+
+
+def ablation_verdict(stats: pd.DataFrame) -> AblationVerdict:
+    """The predictor ablation judged by :data:`VERDICT_RULE` from :func:`lm_final_stats`' frame
+    (model, predictor, attn_input, n, loss_mean, loss_std; SPEN rows are read, the GPT's ignored).
+
+    ``comparisons`` holds one row per pair judged: role ("claim": an attention predictor reading the
+    state against SPEN linear; "power check": the best raw-token control against the best state reader;
+    "beside the rule": a reader of past trace states against SPEN linear), the two variants, Δ = loss of
+    the variant − loss of the reference (nats/token; negative: the variant is better), the pooled std, the
+    threshold (VERDICT_K × pooled std), the seeds of each, and whether |Δ| reaches the threshold (None:
+    too few seeds).
+    """
+    cols = ["role", "variant", "reference", "delta", "pooled_std", "threshold", "n", "n_ref", "beyond"]
+    spen = stats[stats["model"] == "spen"] if len(stats) else stats
+    rows = {(r.predictor, r.attn_input): r for r in spen.itertuples(index=False)
+            if isinstance(r.predictor, str) and isinstance(r.attn_input, str)}  # an unreadable config: not judged
+    out: list[dict] = []
+
+    def compare(role: str, key: tuple[str, str], ref: tuple[str, str]) -> dict:
+        a, b = rows[key], rows[ref]
+        sd = pooled_std(float(a.loss_std) if pd.notna(a.loss_std) else math.nan, int(a.n),
+                        float(b.loss_std) if pd.notna(b.loss_std) else math.nan, int(b.n))
+        delta = float(a.loss_mean) - float(b.loss_mean)
+        row = dict(role=role, variant=_variant_name(*key), reference=_variant_name(*ref), delta=delta,
+                   pooled_std=sd, threshold=VERDICT_K * sd, n=int(a.n), n_ref=int(b.n),
+                   # strictly apart: two seeds that agree exactly (std 0) are not "beyond" at Δ = 0
+                   beyond=None if math.isnan(sd) else bool(abs(delta) >= VERDICT_K * sd and abs(delta) > 0))
+        out.append(row)
+        return row
+
+    linear = ("linear", "state")
+    claim = [compare("claim", k, linear) for k in sorted(rows) if k[1] == "state" and k != linear and linear in rows]
+    state_keys = [k for k in rows if k[1] == "state"]
+    tokens_keys = [k for k in rows if k[1] == "tokens"]
+    power = None
+    if state_keys and tokens_keys:
+        best_state = min(state_keys, key=lambda k: float(rows[k].loss_mean))
+        best_tokens = min(tokens_keys, key=lambda k: float(rows[k].loss_mean))
+        power = compare("power check", best_tokens, best_state)
+    for k in sorted(rows):
+        if k[1] == "sequence" and linear in rows:
+            compare("beside the rule", k, linear)
+    frame = pd.DataFrame(out, columns=cols)
+
+    n = verdict_number
+    if not claim:
+        missing = "SPEN linear" if linear not in rows else "an attention predictor reading the current state"
+        return AblationVerdict("untested", f"Not tested by these runs: the rule compares SPEN's attention predictors "
+                                           f"reading the current state with SPEN linear, and {missing} is missing.",
+                               frame)
+    differ = [c for c in claim if c["beyond"]]
+    if differ:
+        c = max(differ, key=lambda c: abs(c["delta"]))
+        return AblationVerdict("not_reproduced", (
+            f"Not reproduced: {c['variant']} differs from SPEN linear by Δ = {n(c['delta'])} nats/token, "
+            f"beyond {VERDICT_K:g} × the pooled std ({n(c['threshold'])}; {c['n']} and {c['n_ref']} seeds): "
+            "the predictor is not irrelevant at this budget."), frame)
+    thin = [c for c in claim if c["beyond"] is None]
+    if thin:
+        c = thin[0]
+        return AblationVerdict("inconclusive", (
+            f"Inconclusive at this budget: {c['variant']} and SPEN linear have {c['n']} and {c['n_ref']} seed(s); "
+            f"the rule needs at least {VERDICT_MIN_SEEDS} of each to measure the seeds' spread."), frame)
+    widest = max(claim, key=lambda c: abs(c["delta"]) / c["threshold"] if c["threshold"] > 0 else 0.0)
+    within = (f"every attention predictor reading the state is within the seeds' spread of SPEN linear "
+              f"(largest: {widest['variant']}, Δ = {n(widest['delta'])} against {n(widest['threshold'])})")
+    if power is None:
+        return AblationVerdict("inconclusive", (
+            f"Inconclusive at this budget: {within}, but there is no raw-token control among these runs, so "
+            "nothing shows that this budget could have told the predictors apart."), frame)
+    if power["beyond"] is None:
+        return AblationVerdict("inconclusive", (
+            f"Inconclusive at this budget: {within}, but the power check has {power['n']} and {power['n_ref']} "
+            f"seed(s); it needs at least {VERDICT_MIN_SEEDS} of each."), frame)
+    if power["beyond"] and power["delta"] < 0:
+        return AblationVerdict("reproduced", (
+            f"Reproduced: {within}, while the raw-token control, {power['variant']}, is better than the best "
+            f"state reader ({power['reference']}) by {n(-power['delta'])} nats/token, beyond "
+            f"{n(power['threshold'])}: the budget can show a predictor's effect, and the state readers show none."),
+            frame)
+    how = ("as flat as the EMA variants" if not power["beyond"] else "worse than the best state reader")
+    return AblationVerdict("inconclusive", (
+        f"Inconclusive at this budget: {within}, but the raw-token control, {power['variant']}, is {how} "
+        f"(Δ = {n(power['delta'])} against {n(power['threshold'])}): the ablation has no power at this budget, "
+        "so its flatness says nothing about the predictors."), frame)
 
 
 register_run_table("lm_eval", RunTable(lm_eval_labelled, ("split",), ("loss", "ppl", "bpb"), LM_LABELS))

@@ -42,7 +42,8 @@ def home(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kind, overrides", [
     ("dilution", {"steps": 7, "vocab": 20}),
     ("structure", {"hebbian_lr": 0.2, "bigru_hidden": 16, "units": 64, "k": 4, "deep_depth": 4}),
-    ("lm", {"model": "gpt", "steps": 20, "warmup": 2, "corpus": "austen", "vocab_size": 512}),
+    # older lm runs read a .txt corpus whole: they are read back with doc_sep "none" (see below)
+    ("lm", {"model": "gpt", "steps": 20, "warmup": 2, "corpus": "austen", "vocab_size": 512, "doc_sep": "none"}),
 ])
 def test_an_older_flat_config_reads_as_the_same_config(kind, overrides):
     cfg = build_config(kind, overrides=overrides)
@@ -55,6 +56,17 @@ def test_an_older_flat_config_reads_as_the_same_config(kind, overrides):
     other = build_config(kind, overrides={**overrides, "seed": 1})
     assert not StoredConfig(kind, other).matches(json.dumps(old))
     assert not StoredConfig(kind, cfg).matches("not json") and not StoredConfig(kind, cfg).matches(None)
+
+
+def test_a_setting_added_since_reads_as_what_the_older_run_did():
+    # data.doc_sep came after runs that read a .txt corpus as one document: such a run resumes so
+    older = current_config("lm", {"model": "spen", "data": {"corpus": "notes.txt"}, "train": {"steps": 5}})
+    assert older["data"] == {"corpus": "notes.txt", "doc_sep": "none"}
+    flat = current_config("lm", {"model": "spen", "corpus": "notes.txt", "steps": 5})
+    assert flat["data"]["doc_sep"] == "none" and flat["train"] == {"steps": 5}
+    today = {"model": "spen", "data": {"corpus": "notes.txt", "doc_sep": "blank"}}
+    assert current_config("lm", today) is today
+    assert current_config("dilution", {"alphas": [0.5]}) == {"alphas": [0.5]}
 
 
 def test_a_config_of_today_passes_as_it_is():

@@ -17,7 +17,8 @@ from ema_core.experiments import build_config
 from ema_core.figures.content import smooth_ema
 from lm_fixture import make_lm_runs
 from ema_core.tables import column_decimals
-from store.content import lm_ablation, lm_curves, lm_eval, lm_runs
+from store.content import (VERDICT_K, VERDICT_WORDS, ablation_verdict, lm_ablation, lm_curves, lm_eval, lm_runs,
+                           pooled_std, verdict_number)
 from store.export import mean_std
 
 PAGE = "pages/content.py"
@@ -212,6 +213,8 @@ def test_final_table_holds_the_store_numbers(runs):
 
 
 def test_the_paper_table_holds_260_and_33_beside_ours(runs):
+    from store.content import lm_final_stats
+
     at = _page()
     table = _table(at, "paper").set_index("measure")
     assert list(table.columns) == ["paper", "ours", "seeds", "source", "ours measured as"]
@@ -224,7 +227,10 @@ def test_the_paper_table_holds_260_and_33_beside_ours(runs):
     assert ratio["paper"].startswith("7.9") and "8×" in ratio["paper"]
     assert ratio["ours"] == final.loc["SPEN linear", "perplexity ÷ GPT"] and ratio["seeds"] == 2
     assert table.loc["Bits per byte, SPEN ÷ GPT", "ours"] == final.loc["SPEN linear", "bits per byte ÷ GPT"]
-    assert table.loc["Predictor ablation: loss spread across predictors reading the state", "paper"] == "identical"
+    claim = table.loc["Predictor ablation: attention predictors reading the state against SPEN linear"]
+    assert claim["paper"] == "identical" and claim["seeds"] == 2
+    assert claim["ours"] == ablation_verdict(lm_final_stats(runs)).word  # a verdict by the rule, not a bare number
+    assert "power check" in " ".join(table.index)
     assert table.loc["SPEN Wikipedia perplexity", "source"] == "[U]"
     assert table.loc["SPEN Wikipedia perplexity", "ours"] == ""
 
@@ -258,7 +264,108 @@ def test_every_chart_and_table_has_its_downloads(runs):
     at = _page()
     labels = [b.label for b in at.get("download_button")]
     assert labels.count("SVG") == labels.count("PNG") == 2  # curves, ablation
-    assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 4  # final, paper, grid, spread
+    # final, paper, grid, spread, verdict
+    assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 5
+
+
+def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
+    at = _page()
+    assert any(m.value.startswith("**The rule.**") and "2 × their pooled standard deviation" in m.value
+               and "raw-token control" in m.value and "no power" in m.value for m in at.markdown)
+    shown = _table(at, "beyond the spread")
+    # Recomputed here from the store's per-run losses, by the rule as the page states it.
+    ev = lm_eval(runs, split="val").set_index("run_id")["loss"]
+    linear, state, tokens = (ev.loc[runs[i:i + 2]] for i in (2, 4, 6))
+
+    def judged(a, b):
+        sd = np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)  # two seeds each
+        delta = a.mean() - b.mean()
+        return delta, 2 * sd, bool(abs(delta) >= 2 * sd)
+
+    d_claim, t_claim, beyond_claim = judged(state, linear)
+    best_state = min((linear, state), key=lambda s: s.mean())
+    d_power, t_power, beyond_power = judged(tokens, best_state)
+    claim, power = shown.iloc[0], shown.iloc[1]
+    assert (claim["comparison"], claim["variant"], claim["against"]) == (
+        "claim", "SPEN softmax attention (state)", "SPEN linear")
+    assert claim["Δ loss (nats/token)"] == verdict_number(d_claim) and claim["threshold"] == verdict_number(t_claim)
+    assert claim["beyond the spread"] == ("yes" if beyond_claim else "no") and claim["seeds"] == "2 / 2"
+    assert (power["comparison"], power["variant"]) == ("power check", "SPEN softmax attention (tokens)")
+    assert power["Δ loss (nats/token)"] == verdict_number(d_power)
+    if beyond_claim:
+        word = "not reproduced"
+    elif beyond_power and d_power < 0:
+        word = "reproduced"
+    else:
+        word = "inconclusive at this budget"
+    boxes = [*at.success, *at.error, *at.warning]
+    sentence = next(b.value for b in boxes if b.value.lower().startswith(word))
+    # The sentence quotes the numbers of the table.
+    quoted = verdict_number(d_claim) if beyond_claim else verdict_number(d_power)
+    assert quoted in sentence
+
+
+def _stats(rows) -> pd.DataFrame:
+    """lm_final_stats' frame for the verdict: (predictor, attn_input, n, loss_mean, loss_std) per SPEN variant."""
+    return pd.DataFrame([dict(model="spen", predictor=p, attn_input=a, n=n, loss_mean=m, loss_std=s)
+                         for p, a, n, m, s in rows]
+                        + [dict(model="gpt", predictor="linear", attn_input="state", n=3, loss_mean=3.0, loss_std=0.01)])
+
+
+LIN = ("linear", "state", 3, 5.00, 0.02)
+
+
+@pytest.mark.parametrize("rows, verdict, words", [
+    # state readers within 2 × pooled std, control far better: the flat ablation had power
+    ([LIN, ("softmax_attention", "state", 3, 5.03, 0.02), ("softmax_attention", "tokens", 3, 4.50, 0.02)],
+     "reproduced", ["0.0300 against 0.0400", "by 0.5000 nats/token"]),
+    # an attention state reader apart from linear beyond the spread
+    ([LIN, ("linear_attention", "state", 3, 4.90, 0.02), ("softmax_attention", "tokens", 3, 4.50, 0.02)],
+     "not_reproduced", ["SPEN linear attention (state) differs", "Δ = -0.1000", "(0.0400; 3 and 3 seeds)"]),
+    # the control as flat as the EMA variants: no power
+    ([LIN, ("softmax_attention", "state", 3, 5.01, 0.02), ("softmax_attention", "tokens", 3, 4.99, 0.02)],
+     "inconclusive", ["as flat as the EMA variants", "no power at this budget"]),
+    # the control worse than the state readers beyond the spread: no power shown either
+    ([LIN, ("softmax_attention", "state", 3, 5.01, 0.02), ("softmax_attention", "tokens", 3, 5.50, 0.02)],
+     "inconclusive", ["worse than the best state reader"]),
+    # one seed: no spread to compare with
+    ([("linear", "state", 1, 5.0, math.nan), ("softmax_attention", "state", 1, 5.3, math.nan),
+      ("softmax_attention", "tokens", 1, 4.0, math.nan)], "inconclusive", ["1 and 1 seed(s)", "at least 2"]),
+    # no control among the runs
+    ([LIN, ("softmax_attention", "state", 3, 5.01, 0.02)], "inconclusive", ["no raw-token control"]),
+    # nothing to compare
+    ([LIN, ("softmax_attention", "tokens", 3, 4.5, 0.02)], "untested", ["reading the current state is missing"]),
+    ([], "untested", ["SPEN linear is missing"]),
+])
+def test_the_ablation_verdict_rule(rows, verdict, words):
+    v = ablation_verdict(_stats(rows))
+    assert v.verdict == verdict and v.word == VERDICT_WORDS[verdict]
+    assert v.sentence.lower().startswith(v.word)
+    for w in words:
+        assert w in v.sentence, (w, v.sentence)
+
+
+def test_verdict_comparisons_and_pooled_std():
+    assert pooled_std(0.02, 3, 0.02, 3) == pytest.approx(0.02)
+    assert pooled_std(0.01, 2, 0.03, 4) == pytest.approx(math.sqrt((0.01**2 + 3 * 0.03**2) / 4))
+    assert math.isnan(pooled_std(0.02, 1, 0.02, 3))
+    v = ablation_verdict(_stats([LIN, ("softmax_attention", "state", 3, 5.03, 0.02),
+                                 ("linear_attention", "sequence", 3, 4.7, 0.02),
+                                 ("softmax_attention", "tokens", 3, 4.5, 0.02),
+                                 ("linear_attention", "tokens", 3, 4.6, 0.02)])).comparisons
+    assert list(v["role"]) == ["claim", "power check", "beside the rule"]
+    power = v.iloc[1]  # the best control against the best state reader
+    assert (power["variant"], power["reference"]) == ("SPEN softmax attention (tokens)", "SPEN linear")
+    assert power["delta"] == pytest.approx(-0.5) and power["threshold"] == pytest.approx(VERDICT_K * 0.02)
+    # a sequence reader's gain is shown, not judged: the verdict stays "reproduced"
+    assert v.iloc[2]["beyond"] and ablation_verdict(_stats([LIN, ("softmax_attention", "state", 3, 5.03, 0.02),
+                                                             ("linear_attention", "sequence", 3, 4.7, 0.02),
+                                                             ("softmax_attention", "tokens", 3, 4.5, 0.02)])
+                                                     ).verdict == "reproduced"
+    # seeds that agree exactly are not "beyond" each other at Δ = 0
+    same = ablation_verdict(_stats([("linear", "state", 2, 5.0, 0.0), ("softmax_attention", "state", 2, 5.0, 0.0),
+                                    ("softmax_attention", "tokens", 2, 4.0, 0.0)]))
+    assert not same.comparisons.iloc[0]["beyond"] and same.verdict == "reproduced"
 
 
 def test_one_seed_and_no_pick(runs):
@@ -280,7 +387,7 @@ def test_two_settings_default_to_the_newest_and_warn_when_mixed(tmp_path, monkey
                          overrides={"steps": 8}, started="2026-02-01T00:00:00+00:00")
     at = _page()
     assert at.multiselect(key="content_runs").value == newer
-    assert not at.warning
+    assert not any("different settings" in w.value for w in at.warning)
     ratio = _table(at, "paper").set_index("measure").loc["Perplexity, SPEN ÷ GPT", "ours"]
     assert "±" not in ratio and ratio != ""
     at.multiselect(key="content_runs").set_value(older + newer)
@@ -325,3 +432,39 @@ def test_a_run_with_an_unexpected_config_does_not_break_the_page(tmp_path, monke
     at = _page()
     assert _curves(at)[1]["variant"].iloc[0] == "? linear (state)"
     assert _table(at, "perplexity ÷ GPT")["perplexity"].tolist() == ["20.0"]
+
+
+def test_comparable_settings_ignore_logging_and_read_older_configs_without_doc_sep(tmp_path, monkeypatch):
+    # Runs that differ only in how often they log or checkpoint pool together; a config from before
+    # data.doc_sep existed groups with today's where the setting changes nothing (Austen: one document
+    # per novel), and elsewhere reads as what the older code did (a .txt file whole: "none").
+    from ema_core.rundir import RunDir, run_id_for
+    from store import ingest
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    today = build_config("lm", preset="quick").model_dump(mode="json")
+
+    def run(seed, corpus="austen", drop_doc_sep=False, **changes):
+        cfg = json.loads(json.dumps(today))
+        cfg["seed"], cfg["data"]["corpus"] = seed, corpus
+        for path, value in changes.items():
+            group, key = path.split("__")
+            cfg[group][key] = value
+        if drop_doc_sep:
+            del cfg["data"]["doc_sep"]
+        rd = RunDir.for_id(run_id_for("lm", cfg, seed), home)
+        rd.create("lm", cfg, seed)
+        rd.write_status(state="done")
+        return rd.run_id
+
+    ids = {"now": run(0), "older": run(1, drop_doc_sep=True), "logs": run(2, train__log_every=7,
+                                                                        train__checkpoint_every=9),
+           "txt_older": run(0, "corpus.txt", drop_doc_sep=True), "txt_none": run(1, "corpus.txt", data__doc_sep="none"),
+           "txt_blank": run(2, "corpus.txt"), "longer": run(3, train__steps=301)}
+    assert ingest(home)["errors"] == []
+    group = lm_runs(home=home).set_index("run_id")["group_id"]
+    g = {name: group[run_id] for name, run_id in ids.items()}
+    assert g["now"] == g["older"] == g["logs"] != g["longer"]
+    assert g["txt_older"] == g["txt_none"] != g["txt_blank"]
+    assert g["txt_blank"] != g["now"]

@@ -92,6 +92,53 @@ def test_single_document_is_split_by_text(tmp_path):
     assert 0.03 < len(corpus.val[0]) / len(text) <= 0.05
 
 
+PAGES = "Page one, line 1\nline 2\n\n\n  \nPage two\n\nPage three\n\fPage four\n\f\nPage five\n\n"
+
+
+@pytest.mark.parametrize("doc_sep, expected", [
+    # a run of blank lines (whitespace-only ones too) or a form feed; each keeps its last line break
+    ("blank", ["Page one, line 1\nline 2\n", "Page two\n", "Page three\n", "Page four\n", "Page five\n"]),
+    ("formfeed", ["Page one, line 1\nline 2\n\n\n  \nPage two\n\nPage three\n", "Page four\n", "Page five\n"]),
+    ("line", ["Page one, line 1", "line 2", "Page two", "Page three", "Page four", "Page five"]),
+    ("none", [PAGES]),
+    ("Page t", ["Page one, line 1\nline 2\n", "wo\n", "hree\n\fPage four\n\f\nPage five\n"]),  # a literal
+])
+def test_text_file_is_cut_into_documents(doc_sep, expected):
+    assert D.split_documents(PAGES, doc_sep) == expected
+    # A file with no separator in it is one document, byte for byte, whatever the mode.
+    assert D.split_documents(TEXTS[0], doc_sep if doc_sep != "line" else "none") == [TEXTS[0]]
+    assert D.split_documents(" \n\n\f \n", doc_sep) == []
+
+
+def test_txt_corpus_documents_end_with_eot_and_the_cache_follows_the_cut(tmp_path):
+    # Twenty pages in one file: cut by the default, each page is a document with EOT after it and the
+    # last one is held out whole; read whole, the file was one document cut through its text.
+    pages = [f"Page {i}: " + " ".join(f"word{j}" for j in range(i, i + 30)) + ".\n" for i in range(20)]
+    (tmp_path / "pages.txt").write_text("\n".join(pages), encoding="utf-8")  # one blank line between
+    spec, cache = str(tmp_path / "pages.txt"), tmp_path / "cache"
+    split = D.prepare(D.LMDataConfig(corpus=spec, vocab_size=300), cache)
+    assert D.LMDataConfig().doc_sep == "blank"
+    assert split.corpus.train == tuple(pages[:19]) and split.corpus.val == (pages[19],)
+    eot = split.streams.eot_id
+    assert int((split.streams.train == eot).sum()) == 19 and int((split.streams.val == eot).sum()) == 1
+    assert split.streams.train_bytes == sum(len(p.encode()) for p in pages[:19])
+    whole = D.prepare(D.LMDataConfig(corpus=spec, vocab_size=300, doc_sep="none"), cache)
+    assert len(whole.corpus.train) == len(whole.corpus.val) == 1
+    assert whole.corpus.fingerprint != split.corpus.fingerprint
+    # Another cut is another stream: it is tokenized afresh, never read from the other's cache entry.
+    assert not whole.streams.from_cache and whole.streams.key != split.streams.key
+    assert int((whole.streams.train == D.eot_id(whole.tokenizer)).sum()) == 1
+    again = D.prepare(D.LMDataConfig(corpus=spec, vocab_size=300), cache)
+    assert again.streams.from_cache and again.streams.key == split.streams.key
+
+
+def test_doc_sep_is_checked_and_has_a_default():
+    with pytest.raises(ValidationError):
+        D.LMDataConfig(doc_sep="")
+    # A stored config from before the setting existed still validates, with the default.
+    assert D.LMDataConfig.model_validate({"corpus": "austen", "vocab_size": 4096}).doc_sep == "blank"
+
+
 def test_bounds_and_document_split(tmp_path):
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}\n"}) + "\n" for i in range(100)))
     corpus = D.load_corpus(str(tmp_path / "docs.jsonl"), max_docs=40)
@@ -253,6 +300,13 @@ def test_austen_validation_is_exactly_persuasion(austen):
     assert len(austen.train) == 5 and persuasion not in austen.train
     assert all(len(doc) > 400_000 for doc in austen.train)
     assert "Persuasion" in persuasion[:100]
+
+
+def test_austen_novels_stay_whole_whatever_doc_sep(austen):
+    # Austen's novels hold thousands of blank lines: the default cut must not reach them.
+    assert "\n\n" in austen.val[0]
+    for doc_sep in ("blank", "line"):
+        assert D.load_corpus("austen", doc_sep=doc_sep).fingerprint == austen.fingerprint
 
 
 def test_austen_other_novel_and_bad_name():

@@ -34,24 +34,28 @@ def _maxdiff(a, b) -> float:
     return (a - b).abs().max().item() if a.numel() else 0.0
 
 
-MODELS = {f"spen-{p}-{a}": (lambda p=p, a=a: _spen(p, a)) for p, a in WIRINGS} | {"gpt": _gpt}
+MODELS = {f"spen-{p}-{a}": (lambda p=p, a=a: _spen(p, a)) for p, a in WIRINGS} | {"gpt": lambda: _gpt(seq_len=160)}
 
 
 # -- causality ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_logits_depend_on_past_tokens_only(name):
-    # T = 70 crosses the scan's and linear attention's chunk boundaries (32, 64).
+    # T = 160 crosses the scan's and linear attention's chunk boundaries (32, 64) several times; a
+    # token changed inside a later chunk (100, 150) is what let the old `S.cumsum − S` leak into the
+    # earlier positions of its chunk (3e-8 here; at T = 70 the leak happened to round away).
     model = MODELS[name]().eval()
     g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, 50, (2, 70), generator=g)
+    idx = torch.randint(0, 50, (2, 160), generator=g)
     with torch.no_grad():
         base = model(idx)
-        for t in (0, 31, 32, 65, 69):
+        for t in (0, 31, 32, 65, 100, 130, 150, 159):
             other = idx.clone()
             other[:, t] = (other[:, t] + 1 + torch.randint(0, 48, (2,), generator=g)) % 50
             out = model(other)
-            assert _maxdiff(out[:, :t], base[:, :t]) <= 1e-6, f"position < {t} saw token {t}"
+            # exact: not even a rounding error may travel backwards in time (a tolerance hid one)
+            leak = _maxdiff(out[:, :t], base[:, :t])
+            assert torch.equal(out[:, :t], base[:, :t]), f"position < {t} saw token {t}: {leak:.3g}"
             assert _maxdiff(out[:, t], base[:, t]) > 1e-4, f"position {t} ignores its own token"
             if t + 1 < idx.shape[1]:
                 assert _maxdiff(out[:, t + 1], base[:, t + 1]) > 1e-4, f"position {t + 1} ignores token {t}"
@@ -68,7 +72,7 @@ def test_prediction_never_sees_the_token_it_predicts(predictor, attn_input):
         _, h_x, xh_x = block.predict(x)
         _, h_y, xh_y = block.predict(y)
     assert torch.equal(h_x[:, : t + 1], h_y[:, : t + 1])  # traces at t hold x_{<t}
-    assert (xh_x[:, : t + 1] - xh_y[:, : t + 1]).abs().max().item() <= 1e-6  # x̂_t too
+    assert torch.equal(xh_x[:, : t + 1], xh_y[:, : t + 1])  # x̂_t too, bit for bit
     assert (xh_x[:, t + 1] - xh_y[:, t + 1]).abs().max().item() > 1e-5  # x_t informs x̂_{t+1}
 
 
@@ -92,6 +96,25 @@ def test_causal_linear_attention_matches_the_quadratic_form():
     ref = (w @ v) / w.sum(-1, keepdim=True)
     for chunk in (8, 64, 128):
         assert torch.allclose(causal_linear_attention(q, k, v, chunk=chunk), ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("chunk", [8, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_causal_linear_attention_is_causal_bit_for_bit(chunk, dtype):
+    # A later position changed anywhere, in the same chunk as earlier outputs or a later one,
+    # leaves every earlier output exactly as it was.  `S.cumsum − S` failed this (4.5e-8 in
+    # float32): the perturbed chunk's own state was added and subtracted again.
+    g = torch.Generator().manual_seed(4)
+    q, k = (phi(torch.randn(2, 3, 70, 4, generator=g, dtype=dtype)) for _ in range(2))
+    v = torch.randn(2, 3, 70, 5, generator=g, dtype=dtype)
+    base = causal_linear_attention(q, k, v, chunk=chunk)
+    for t in (1, 5, 7, 8, 33, 63, 64, 69):
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, t] *= 3.0
+        v2[:, :, t] += 1.0
+        out = causal_linear_attention(q, k2, v2, chunk=chunk)
+        assert torch.equal(out[:, :, :t], base[:, :, :t]), (t, _maxdiff(out[:, :, :t], base[:, :, :t]))
+        assert _maxdiff(out[:, :, t], base[:, :, t]) > 1e-3  # and t itself does see it
 
 
 # -- sizes ----------------------------------------------------------------------------------

@@ -177,3 +177,37 @@ def test_lm_on_the_command_line(tmp_path, model):
     assert record["model"] == model and record["tokens"] == 4 * 2 * 256 and record["ingested"] is True
     assert record["params"] == pytest.approx(1_378_560, rel=0.05)  # the tiny preset, SPEN and GPT alike
     assert (tmp_path / "home" / "runs" / record["run_id"] / "artifacts" / "tokenizer.json").exists()
+
+
+# -- the learning-rate sweep (bench.lm_lr): scored on a dev slice of the training text ---------------
+
+def test_dev_slice_is_the_end_of_the_training_stream_and_shares_no_token():
+    from bench.lm_lr import dev_split
+
+    stream = np.arange(1000)
+    train, dev = dev_split(stream, 200, seq_len=32)
+    assert np.array_equal(dev, stream[-200:]) and np.array_equal(train, stream[:800])
+    assert not set(train.tolist()) & set(dev.tolist())
+    with pytest.raises(ValueError, match="too short"):
+        dev_split(stream, 990, seq_len=32)
+    with pytest.raises(ValueError, match="window"):
+        dev_split(stream, 10, seq_len=32)
+
+
+def test_lr_sweep_scores_every_setting_on_the_dev_slice_and_picks_the_lowest():
+    from bench.lm_lr import sweep
+
+    small = {"data.vocab_size": 300, "data.max_chars": 100_000, "train.seq_len": 32, "train.batch": 2}
+    r = sweep(models=("spen", "gpt"), lrs=(1e-3, 1e-2), warmups=(2,), seeds=(0,), dev_tokens=1024, steps=3,
+              overrides=small, threads=1)
+    assert r["dev_tokens"] == 1024 and r["steps"] == 3 and r["preset_lr"] == 3e-3 and r["preset_warmup"] == 30
+    assert [(row["model"], row["lr"]) for row in r["rows"]] == [("spen", 1e-3), ("spen", 1e-2), ("gpt", 1e-3),
+                                                                ("gpt", 1e-2)]
+    for model in ("spen", "gpt"):
+        best = min((row for row in r["rows"] if row["model"] == model), key=lambda row: row["dev_loss"])
+        assert r["choice"][model]["lr"] == best["lr"] and r["choice"][model]["dev_loss"] == best["dev_loss"]
+    assert all(math.isfinite(row["dev_loss"]) and row["warmup"] == 2 for row in r["rows"])
+    # the same settings again give the same losses: every setting sees the same batches and dev tokens
+    again = sweep(models=("gpt",), lrs=(1e-2,), warmups=(2,), seeds=(0,), dev_tokens=1024, steps=3,
+                  overrides=small, threads=1)
+    assert again["rows"][0]["dev_loss"] == r["rows"][3]["dev_loss"]

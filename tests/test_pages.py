@@ -47,6 +47,28 @@ def test_overview_on_an_empty_store(home):
     assert any("Run the quick reproduction" == b.label for b in at.button)
 
 
+def test_quick_reproduction_launches_every_kind_and_both_language_models(home, registered):
+    from ema_core.experiments import REGISTRY, build_config
+
+    at = _page()
+    at.button(key="quick_repro").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    # Every kind's quick preset, each once, and for lm SPEN *and* the GPT: the content claim from one click.
+    assert [kind for kind, _, _ in registered] == sorted(["dilution", "structure", "lm", "lm"])
+    assert all(preset == "quick" for _, _, preset in registered)
+    lm = [cfg for kind, cfg, _ in registered if kind == "lm"]
+    assert sorted(cfg["model"] for cfg in lm) == ["gpt", "spen"]
+    # The two differ in the model only: same data, tokenizer, budget and seed.
+    assert [{**cfg, "model": None} for cfg in lm][0] == [{**cfg, "model": None} for cfg in lm][1]
+    assert lm[0] | {"model": "spen"} == build_config("lm", preset="quick").model_dump()
+    for kind, cfg, _ in registered:
+        if kind != "lm":
+            assert cfg == build_config(kind, preset="quick").model_dump()
+    assert set(REGISTRY) == {"dilution", "structure", "lm"}
+    assert any("Launched" in s.value for s in at.success)
+
+
 def test_overview_counts_what_the_store_holds(home):
     _finished_run(home)
     at = _page()

@@ -89,6 +89,13 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# What the one-click quick reproduction (the Overview page) runs of this kind: the `quick` preset once
+# per entry.  The content claim is SPEN *against* the same-size GPT, so one click must train both
+# sides of it (the GPT sized to the preset's SPEN, linear predictor); the predictor ablation stays on
+# the Content page's launch form (seven variants × seeds is not a one-click budget on two cores).
+QUICK_REPRODUCTION: tuple[dict, ...] = ({"model": "spen"}, {"model": "gpt"})
+
+
 def run(cfg: LMConfig, reporter: Reporter) -> dict:
     t_start = time.perf_counter()
     threads = torch.get_num_threads()

@@ -16,13 +16,21 @@ Corpus specs (``load_corpus``)
                         train = the other five (file-name order).  No validation text is ever trained on.
                         ``max_chars`` bounds the training text only (quick runs); ``max_docs`` is unused.
     a local path        a file or a folder (searched recursively; other files such as README are
-                        skipped) of ``.txt`` (a file is one document), ``.jsonl``/``.json`` (one
-                        document per record, ``text`` field) or ``.parquet`` (``text`` column), each
-                        optionally ``.gz``; read with HF ``datasets``' "text" / "json" / "parquet"
-                        builders, one file at a time so an error names its file.
+                        skipped) of ``.txt`` (cut into documents by ``doc_sep``, below),
+                        ``.jsonl``/``.json`` (one document per record, ``text`` field) or ``.parquet``
+                        (``text`` column), each optionally ``.gz``; read with HF ``datasets``' "text" /
+                        "json" / "parquet" builders, one file at a time so an error names its file.
     "owner/name[:cfg]"  a hub dataset (e.g. "HuggingFaceFW/fineweb-edu", "allenai/c4:en"), streamed,
                         its "train" split read up to ``max_docs`` / ``max_chars`` (default
                         ``HUB_DEFAULT_MAX_CHARS``).  Offline it fails at once with one line.
+    ``doc_sep`` (``.txt`` files only; Austen's novels are always one document each):
+        "blank"     (default) a run of blank lines (whitespace only) or a form feed ends a document
+        "formfeed"  a form feed ends a document (pages of a PDF-to-text dump)
+        "line"      every non-blank line is a document
+        "none"      the whole file is one document, byte for byte
+        other text  a literal separator, e.g. "<|endoftext|>" (TinyStories' text files)
+    A document keeps its own last line break; the blank lines around a separator are dropped and
+    the end-of-document token stands where they were.
     Non-Austen splits are deterministic: the last ``val_fraction`` of the documents
     (``floor(n·val_fraction)`` of them) when that is at least one document, else the last
     ``val_fraction`` of the text (the cut moved to a line start when the last document has one).
@@ -41,6 +49,9 @@ Token streams (``token_streams``)
 Cache (under a caller-given folder, by default ``$EMALAB_HOME/cache``)
     tokenizers/bpe<V>-<corpus hash>.json     the trained BPE, as the run will store it
     tokens/<key>/{train.npy,val.npy,meta.json}  key = hash(corpus content, tokenizer JSON)
+    "Corpus content" is the list of documents of each split, each length-prefixed
+    (``Corpus.fingerprint``): where the documents begin and end is part of it, so a file cut by
+    another ``doc_sep`` (another stream: the EOT tokens move) never reuses a stale entry.
     Both are built under a file lock (concurrent workers build once) and published by an atomic
     rename, so a reader sees a complete entry or none — never a torn file.
 """
@@ -52,6 +63,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -79,6 +91,8 @@ EOT = "<|endoftext|>"  # GPT-2's name, so our BPE and a GPT-2 tokenizer mark doc
 # A bound for streamed hub corpora when none is given: ≈ 25 M tokens, what a 2-core machine can hold.
 HUB_DEFAULT_MAX_CHARS = 100_000_000
 HUB_PROBE_SECONDS = 3.0
+# How a .txt file is cut into documents (``LMDataConfig.doc_sep``); any other value is a literal separator.
+DOC_SEP_MODES = ("blank", "formfeed", "line", "none")
 # Bumped whenever the trained tokenizer or the stream layout changes, so old cache entries are ignored.
 BPE_FORMAT = 1
 STREAMS_FORMAT = 1
@@ -112,6 +126,15 @@ class LMDataConfig(BaseModel):
     max_docs: int | None = Field(None, ge=1, le=1_000_000_000, description="read at most this many documents")
     max_chars: int | None = Field(None, ge=1000, le=100_000_000_000,
                                   description="read at most this many characters (hub default: 1e8)")
+    # Default "blank": plain-text dumps mark a document (or a page) by an empty line or a form
+    # feed, and a file read whole loses every boundary: no end-of-document token between pages and
+    # a validation cut through running text.  Over-splitting a book into paragraphs costs only an
+    # end-of-document token where the blank line stood (nothing resets there: both models read
+    # across it), so splitting is the safer default.  See docs/decisions.md.
+    doc_sep: str = Field("blank", min_length=1, max_length=100,
+                         description='.txt files: what ends a document: "blank" (a run of blank lines or a '
+                                     'form feed), "formfeed", "line", "none" (the file is one document) or a '
+                                     'literal separator such as "<|endoftext|>"; Austen\'s novels are one each')
     tokenizer: str = Field("bpe", min_length=1, max_length=1000,
                            description='"bpe": byte-level BPE trained on the training split; else a tokenizer '
                                        'JSON file or a hub tokenizer name')
@@ -162,7 +185,7 @@ class Corpus:
 
 
 def load_corpus(spec: str = "austen", *, val_doc: str = "persuasion", val_fraction: float = 0.05,
-                max_docs: int | None = None, max_chars: int | None = None) -> Corpus:
+                max_docs: int | None = None, max_chars: int | None = None, doc_sep: str = "blank") -> Corpus:
     """Read and split a corpus; see the module docstring for the specs.  Raises :class:`CorpusError`
     (a ValueError) for anything wrong with local files, :class:`HubUnreachable` offline."""
     if not 0 < val_fraction <= 0.5:
@@ -172,7 +195,7 @@ def load_corpus(spec: str = "austen", *, val_doc: str = "persuasion", val_fracti
         return _load_austen(val_doc, max_chars)
     path = Path(spec).expanduser()
     if path.exists():
-        docs = _bounded(_iter_local(path), max_docs, max_chars)
+        docs = _bounded(_iter_local(path, doc_sep), max_docs, max_chars)
         source = f"{len(docs)} documents from {path.name or spec}"
     elif looks_like_path(spec):
         raise CorpusError(f"{spec}: no such file or folder")
@@ -192,7 +215,8 @@ def _load_austen(val_doc: str, max_chars: int | None) -> Corpus:
     if not AUSTEN_DIR.is_dir():
         raise CorpusError(f"{AUSTEN_DIR}: the embedded Austen corpus is missing (install the project "
                           "with `pip install -e .` from its checkout)")
-    novels = {name: _read_file(AUSTEN_DIR / f"{name}.txt.gz") for name in AUSTEN_NOVELS}
+    # Whole files, whatever doc_sep says: one document per novel is what "validation = a whole novel" means.
+    novels = {name: _read_file(AUSTEN_DIR / f"{name}.txt.gz", "none") for name in AUSTEN_NOVELS}
     train = [doc for name in AUSTEN_NOVELS if name != val_doc for doc in novels[name]]
     if max_chars is not None:  # a smaller training set for quick runs; the held-out novel stays whole
         train = _bounded(iter(train), None, max_chars)
@@ -284,9 +308,9 @@ def _file_kind(path: Path) -> str:
     return BUILDERS[ext]
 
 
-def _iter_local(path: Path) -> Iterator[str]:
+def _iter_local(path: Path, doc_sep: str = "blank") -> Iterator[str]:
     if path.is_file():
-        yield from _read_file(path)
+        yield from _read_file(path, doc_sep)
         return
     files = sorted(p for p in path.rglob("*") if p.is_file() and not any(
         part.startswith(".") for part in p.relative_to(path).parts))
@@ -300,11 +324,12 @@ def _iter_local(path: Path) -> Iterator[str]:
     if not usable:
         raise CorpusError(f"{path}: no .txt, .jsonl, .json or .parquet files (optionally .gz) in this folder")
     for p in usable:
-        yield from _read_file(p)
+        yield from _read_file(p, doc_sep)
 
 
-def _read_file(path: Path) -> list[str]:
-    """All documents of one local file, checked; every failure names the file and says what is wrong."""
+def _read_file(path: Path, doc_sep: str = "blank") -> list[str]:
+    """All documents of one local file, checked; every failure names the file and says what is wrong.
+    A text file is cut by ``doc_sep`` (:func:`split_documents`); a record of the others is one document."""
     builder = _file_kind(path)
     if path.stat().st_size == 0:
         raise CorpusError(f"{path}: empty file")
@@ -335,10 +360,45 @@ def _read_file(path: Path) -> list[str]:
             raise CorpusError(f"{path}: 'text' of record {i} is {type(text).__name__}, not a string")
         if "\x00" in text:
             raise CorpusError(f"{path}: binary content (NUL byte in record {i}), not text")
-        if text.strip():
+        if builder == "text":
+            docs.extend(split_documents(text, doc_sep))
+        elif text.strip():
             docs.append(text)
     if not docs:
         raise CorpusError(f"{path}: no text (only empty or blank documents)")
+    return docs
+
+
+# A document boundary under "blank": a form feed, or one or more whitespace-only lines (each with its
+# line break) that follow a line break — so the line before keeps its own "\n".  [^\S\n\f] is
+# whitespace other than a line break or a form feed ("\r" included: CRLF files split alike).
+_BLANK_SEP = re.compile(r"\f|(?<=\n)(?:[^\S\n\f]*\n)+")
+_LEADING_BLANK = re.compile(r"\A(?:[^\S\n]*\n)+")
+_TRAILING_BLANK = re.compile(r"\n(?:[^\S\n]*\n)*[^\S\n]*\Z")
+
+
+def split_documents(text: str, doc_sep: str = "blank") -> list[str]:
+    """The documents of one text file under ``doc_sep`` (see the module docstring); blank ones dropped.
+
+    Each document loses the blank lines at its edges but keeps its last line break, so a file with
+    no separator in it is one document, unchanged, whatever the mode.
+    """
+    if doc_sep == "none":
+        return [text] if text.strip() else []
+    if doc_sep == "blank":
+        pieces = _BLANK_SEP.split(text)
+    elif doc_sep == "formfeed":
+        pieces = text.split("\f")
+    elif doc_sep == "line":
+        return [line.strip("\r\f") for line in text.split("\n") if line.strip()]
+    else:
+        pieces = text.split(doc_sep)
+    if len(pieces) == 1:
+        return [text] if text.strip() else []
+    docs = []
+    for piece in pieces:
+        if piece.strip():
+            docs.append(_TRAILING_BLANK.sub("\n", _LEADING_BLANK.sub("", piece)))
     return docs
 
 
@@ -661,7 +721,7 @@ def prepare(cfg: LMDataConfig, cache_dir: str | os.PathLike | None = None) -> LM
     """Corpus, tokenizer and token streams for a config, every step cached under ``cache_dir``."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     corpus = load_corpus(cfg.corpus, val_doc=cfg.val_doc, val_fraction=cfg.val_fraction,
-                         max_docs=cfg.max_docs, max_chars=cfg.max_chars)
+                         max_docs=cfg.max_docs, max_chars=cfg.max_chars, doc_sep=cfg.doc_sep)
     tok = get_tokenizer(cfg.tokenizer, corpus, cfg.vocab_size, cache_dir)
     return LMData(corpus, tok, token_streams(corpus, tok, cache_dir))
 

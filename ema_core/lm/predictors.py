@@ -47,6 +47,11 @@ def causal_linear_attention(q, k, v, chunk: int = 64, eps: float = 1e-6):
     Chunked so nothing loops over time and no (T, dk, dv) state is materialised: inside a chunk
     a masked (C, C) product, across chunks the exclusive cumulative sum of the chunk states.
     The normaliser rides along as one extra column of ones in v.
+
+    Causal bit for bit: no later position enters any sum that an earlier output reads, not even
+    as a term added and cancelled.  Inside a chunk the scores of later keys are zeroed by the
+    mask *before* they meet v, and a product by an exact zero adds an exact zero; across chunks
+    the prefix is exclusive by construction (a shift, never a subtraction).
     """
     B, H, T, dk = q.shape
     v1 = torch.cat([v, v.new_ones(B, H, T, 1)], dim=-1)  # (B, H, T, dv + 1)
@@ -60,7 +65,12 @@ def causal_linear_attention(q, k, v, chunk: int = 64, eps: float = 1e-6):
     vc = v1.reshape(B, H, N, C, -1)  # (B, H, N, C, dv + 1)
     intra = torch.matmul(qc, kc.transpose(-1, -2)).tril() @ vc  # (B, H, N, C, dv + 1)
     S = kc.transpose(-1, -2) @ vc  # (B, H, N, dk, dv + 1): one chunk's Σ k vᵀ
-    S = S.cumsum(2) - S  # the state entering each chunk (chunks strictly before it)
+    # The state entering chunk n is the sum over chunks < n only, built as an *exclusive* prefix
+    # sum: a zero state, then the inclusive sums of chunks 0..n−1.  Never `S.cumsum(2) − S`: that
+    # adds chunk n's own state and subtracts it again, and the rounding of that round trip lets a
+    # later token in chunk n move the outputs of earlier positions of the same chunk (4.5e-8 in
+    # float32).  With the shift, output t is a function of positions ≤ t only, bit for bit.
+    S = torch.cat([torch.zeros_like(S[:, :, :1]), S[:, :, :-1].cumsum(2)], dim=2)
     y = intra + qc @ S  # (B, H, N, C, dv + 1)
     y = y.reshape(B, H, N * C, -1)[:, :, :T]  # (B, H, T, dv + 1)
     return y[..., :-1] / y[..., -1:].clamp_min(eps)
