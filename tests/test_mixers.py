@@ -99,3 +99,30 @@ def test_bad_names_widths_and_inputs_are_refused_plainly():
         build_mixer("window_k", D, k=0)
     with pytest.raises(ValueError, match=r"takes \(B, T, 16\) inputs, got shape \(2, 5, 8\)"):
         build_mixer("ema3", D)(torch.zeros(2, 5, 8))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_comparison_model_is_as_causal_as_its_mixer_and_learns(name):
+    from ema_core.mixers.model import MixerNet
+
+    net = MixerNet(name, vocab=20, n_classes=3, d=16, layers=2, seed=0)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 20, (3, 50), generator=g)
+    with torch.no_grad():
+        logits = net(tokens)
+        assert logits.shape == (3, 50, 3)
+        changed = tokens.clone()
+        changed[:, 40] = (changed[:, 40] + 1) % 20
+        assert torch.equal(net(changed)[:, :40], logits[:, :40])
+    assert net.state_floats(50) == 2 * build_mixer(name, 16).state_floats(50) and net.params() > 0
+    # a few steps on a task the current token decides: the loss goes down
+    target = tokens % 3
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = torch.nn.functional.cross_entropy(net(tokens).flatten(0, 1), target.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
