@@ -5,7 +5,9 @@
 (a) compute: ``measure_identity`` + ``analytic_frame`` + the three metrics, uncached, with a new
     fast rate each repeat (the target: a median of at most 150 ms, so the page follows the slider);
 (b) a whole rerun of the page under Streamlit's AppTest after ``set_value`` on ``alpha_fast``, new
-    values each time so the page's cache misses: (a) plus charts, table and serialisation.
+    values each time so the page's cache misses: (a) plus charts, table and serialisation;
+(c) (a) with the peel decoder (``decoder="peel"``, no training: the token at each lag named by
+    peeling the stored traces), the page's other choice, under the same target.
 
 Medians rather than bests: a slider move is one recompute, so the typical cost is what a user
 feels.  Warm-ups first (numba compiles the scan, Streamlit imports the page's modules).
@@ -41,8 +43,8 @@ def _fast_rates(n: int, start: float = 0.5) -> list[float]:
     return [round(start - 0.003 * (i + 1), 3) for i in range(n)]
 
 
-def bench_compute(repeats: int = COMPUTE_REPEATS) -> list[float]:
-    cfg = DilutionConfig()
+def bench_compute(repeats: int = COMPUTE_REPEATS, decoder: str = "linear") -> list[float]:
+    cfg = DilutionConfig(decoder=decoder)
 
     def move(alpha_fast: float) -> None:
         alphas = (alpha_fast, *PAPER_ALPHAS[1:])
@@ -90,13 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     compute = bench_compute()
     log(f"(b) AppTest rerun, {RERUN_REPEATS} repeats …")
     rerun = bench_apptest_rerun()
+    log(f"(c) compute with the peel decoder, {COMPUTE_REPEATS} repeats …")
+    peel = bench_compute(decoder="peel")
     compute_ms = 1e3 * statistics.median(compute)
     rerun_ms = 1e3 * statistics.median(rerun)
+    peel_ms = 1e3 * statistics.median(peel)
     result = {
         "compute_median_ms": round(compute_ms, 1),
         "apptest_rerun_median_ms": round(rerun_ms, 1),
+        "peel_compute_median_ms": round(peel_ms, 1),
         "target_ms": TARGET_MS,
-        "meets_target": compute_ms <= TARGET_MS,
+        "meets_target": compute_ms <= TARGET_MS and peel_ms <= TARGET_MS,
         "compute_min_ms": round(1e3 * min(compute), 1),
         # The machine's load while measuring: on a shared box the medians move with it.
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -105,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        verdict = "meets" if result["meets_target"] else "misses"
+        verdict = "meets" if compute_ms <= TARGET_MS else "misses"
         print(f"compute (measure_identity + analytic_frame + metrics): median {compute_ms:.1f} ms, "
               f"min {result['compute_min_ms']:.1f} ms; {verdict} the target of ≤ {TARGET_MS:.0f} ms")
         print(f"AppTest rerun after moving alpha_fast:                 median {rerun_ms:.1f} ms")
+        print(f"compute with the peel decoder:                         median {peel_ms:.1f} ms")
         print(f"load average {result['load_average_1m']} on {result['cpus']} CPUs")
     return 0
 

@@ -65,8 +65,13 @@ Splits.  ``sample_sentences(cfg, n, seed, split)`` is a pure function of (cfg, n
     train   the six structures at depth 1, drawn with ``cfg.structure_weights``.
     test    the same distribution, held-out sentences only (within-grammar test set).
     novel   the same distribution, but every open-class slot (noun, adj, verb_i, verb_t, verb_c)
-            is filled from a pool of new word ids 147.. (same categories, never seen in training);
+            is filled from a pool of new word ids 147..272 (same categories, never seen in training);
             closed-class words (det, prep, rel, comp, end) keep their ids.
+    novel_dev
+            the same as novel, but from a second, disjoint pool of new ids 273..398 (the *tuning
+            pool*): novel words to choose settings on (SPCN's context gain, the probes' penalty)
+            that never appear in the scored novel split, so no setting is chosen on a word the
+            transfer test scores.
     deep    structures 4 and 5 only, equally often, with ``cfg.deep_depth`` nested clauses:
             relatives stack on the embedded patient ("the dog who chased a cat who saw a fox
             slept ."), complements stack on verb_c ("the man said that a boy thought that the dog
@@ -74,15 +79,18 @@ Splits.  ``sample_sentences(cfg, n, seed, split)`` is a pure function of (cfg, n
 
 Disjointness, two layers.  (1) Each split draws from its own random stream,
 ``SeedSequence(seed, spawn_key=(split index,))``, so no split's randomness overlaps another's for
-any seed.  (2) Since independent streams can still produce the same sentence, the sentence space
+any seed (novel_dev was added after the others and takes the next index, so the older splits'
+draws are unchanged).  (2) Since independent streams can still produce the same sentence, the sentence space
 itself is partitioned: a sentence is *held out* when a fixed hash (blake2b) of its token ids falls
 in the first ``held_out_fraction`` of the hash range.  train keeps only non-held-out sentences,
 test and deep only held-out ones (rejection sampling), so no token sequence can be in both train
-and a test set — for any seeds, as long as the config is the same.  novel sentences contain ids
-≥ 147 and so can never equal a train sentence.
+and a test set — for any seeds, as long as the config is the same.  novel and novel_dev sentences
+contain ids ≥ 147 and so can never equal a train sentence, nor each other (disjoint pools).
 
 ``stream(sentences)`` concatenates sentences into flat arrays plus a ``sentence_start`` mask: the
-reset mask for EMA traces when traces are reset at sentence boundaries (PAPER.md §5 item 3).
+reset mask for EMA traces when traces are reset at sentence boundaries (PAPER.md §5 item 3);
+``positions`` and ``previous_category`` read a stream's position in its sentence and the category of
+the word before (the context keys of the probes' control tasks and the n-gram window baseline).
 """
 from __future__ import annotations
 
@@ -250,23 +258,36 @@ def _pseudo_word(i: int) -> str:
     return out
 
 
-@lru_cache(maxsize=1)
-def _novel() -> tuple[Word, ...]:
+N_NOVEL = sum(len(CATEGORY_WORDS[c]) for c in OPEN_CLASS)  # 126 new words per pool
+# The two pools of new words: "novel" is scored (the transfer test), "tuning" chooses settings.
+NOVEL_POOLS = ("novel", "tuning")
+
+
+@lru_cache(maxsize=2)
+def _novel(pool: str = "novel") -> tuple[Word, ...]:
+    # Pool p holds ids N_WORDS + p·N_NOVEL ..; its spellings continue the same stride, so the two
+    # pools never share a spelling (7919 is prime to the 34,300 spellings, so every index differs).
+    first = NOVEL_POOLS.index(pool) * N_NOVEL
     words: list[Word] = []
     for cat in OPEN_CLASS:
         for _ in CATEGORY_WORDS[cat]:
-            k = len(words)
+            k = first + len(words)
             words.append(Word(N_WORDS + k, _pseudo_word(k * 7919 + 13), cat))  # stride spreads spellings
     return tuple(words)
 
 
-def novel_vocabulary() -> list[Word]:
-    """New words for the novel split: as many per open-class category as training has, ids 147.."""
-    return list(_novel())
+def novel_vocabulary(pool: str = "novel") -> list[Word]:
+    """New words, as many per open-class category as training has: the scored novel split's pool
+    (ids 147..272) or, with ``pool="tuning"``, the novel_dev split's (ids 273..398)."""
+    if pool not in NOVEL_POOLS:
+        raise ValueError(f"pool must be one of {NOVEL_POOLS}, got {pool!r}")
+    return list(_novel(pool))
 
 
-def _pools(novel: bool) -> dict[str, np.ndarray]:
-    src = [w for w in _vocab() if not (novel and w.category in OPEN_CLASS)] + (list(_novel()) if novel else [])
+def _pools(pool: str | None) -> dict[str, np.ndarray]:
+    """Word ids per category: the training words, with the open classes from a novel pool if named."""
+    novel = pool is not None
+    src = [w for w in _vocab() if not (novel and w.category in OPEN_CLASS)] + (list(_novel(pool)) if novel else [])
     return {c: np.array([w.id for w in src if w.category == c], dtype=np.int64) for c in CATEGORY_WORDS}
 
 
@@ -290,8 +311,10 @@ class GrammarConfig(BaseModel):
         return tuple(float(w) for w in v)
 
 
-Split = Literal["train", "test", "novel", "deep"]
-SPLITS: tuple[str, ...] = ("train", "test", "novel", "deep")
+Split = Literal["train", "test", "novel", "deep", "novel_dev"]
+# The order fixes each split's random stream (its index): a new split is appended, never inserted.
+SPLITS: tuple[str, ...] = ("train", "test", "novel", "deep", "novel_dev")
+_SPLIT_POOL = {"novel": "novel", "novel_dev": "tuning"}
 
 
 def is_held_out(tokens: tuple[int, ...], fraction: float) -> bool:
@@ -310,7 +333,7 @@ def sample_sentences(cfg: GrammarConfig, n: int, seed: int, split: Split) -> lis
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(SPLITS.index(split),)))
-    pools = _pools(novel=split == "novel")
+    pools = _pools(_SPLIT_POOL.get(split))
     if split == "deep":
         structs, depth = np.array(EMBEDDED_STRUCTURES), cfg.deep_depth
         p = np.full(len(structs), 1.0 / len(structs))
@@ -322,7 +345,7 @@ def sample_sentences(cfg: GrammarConfig, n: int, seed: int, split: Split) -> lis
     sizes = {s: np.array([len(pools[c]) for c, _ in t]) for s, t in templates.items()}
     roles = {s: tuple(ROLE_INDEX[r] for _, r in t) for s, t in templates.items()}
     # novel sentences cannot collide with train (new ids), so they skip the partition
-    want_held_out = None if split == "novel" else split != "train"
+    want_held_out = None if split in _SPLIT_POOL else split != "train"
 
     out: list[Sentence] = []
     while len(out) < int(n):
@@ -360,3 +383,40 @@ def stream(sentences: list[Sentence]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     start = np.zeros(int(lengths.sum()), dtype=bool)
     start[np.cumsum(lengths) - lengths] = True  # first token of each sentence
     return tokens, roles, start
+
+
+def positions(sentence_start: np.ndarray) -> np.ndarray:
+    """(T,) each token's index in its sentence (0 at a sentence start) for a stream's start mask."""
+    start = np.asarray(sentence_start, dtype=bool)
+    idx = np.arange(len(start))
+    # the index of the latest start at or before t; a stream that does not begin with a start
+    # counts from its first token
+    last = np.maximum.accumulate(np.where(start, idx, 0)) if len(start) else idx
+    return idx - last
+
+
+CATEGORIES: tuple[str, ...] = tuple(CATEGORY_WORDS)
+SENTENCE_START = len(CATEGORIES)  # the "category" before a sentence's first word
+
+
+@lru_cache(maxsize=1)
+def _category_table() -> np.ndarray:
+    vocab = list(_vocab()) + [w for p in NOVEL_POOLS for w in _novel(p)]
+    table = np.empty(len(vocab), dtype=np.int64)
+    for w in vocab:
+        table[w.id] = CATEGORIES.index(w.category)
+    return table
+
+
+def category_of(tokens: np.ndarray) -> np.ndarray:
+    """(T,) each word id's category index in ``CATEGORIES`` (training words and both novel pools)."""
+    return _category_table()[np.asarray(tokens, dtype=np.int64)]
+
+
+def previous_category(tokens: np.ndarray, sentence_start: np.ndarray) -> np.ndarray:
+    """(T,) the category of the word before each token in its sentence; ``SENTENCE_START`` at a start."""
+    cats = category_of(tokens)
+    prev = np.full(len(cats), SENTENCE_START, dtype=np.int64)
+    prev[1:] = cats[:-1]
+    prev[np.asarray(sentence_start, dtype=bool)] = SENTENCE_START
+    return prev

@@ -43,8 +43,10 @@ def rate_color(alpha: float) -> str:
 # The structure study: what a probe reads (the store's feature sets), and the probe-control conditions.
 PROBE_COLORS: dict[str, str] = {
     "instantaneous": "#9ecae9", "traces": "#4c78a8", "both": "#72b7b2", "bigru": "#f58518",
+    "ngram": "#54a24b",  # the n-gram window baseline (no EMA)
 }
-CONDITION_COLORS: dict[str, str] = {"trained": "#4c78a8", "untrained": "#bab0ac", "control": "#e45756"}
+CONDITION_COLORS: dict[str, str] = {"trained": "#4c78a8", "untrained": "#bab0ac", "control": "#e45756",
+                                    "control_prev": "#ff9d98", "control_pos": "#b279a2"}
 # The content study: (model, predictor, attention input).  A GPT carries the predictor and input of
 # the SPEN it was sized to (the launch form's GPT is sized to SPEN linear).  An attention predictor
 # reading past trace states is the lighter shade of the same predictor reading the current state.

@@ -2,22 +2,25 @@
 from __future__ import annotations
 
 import time
+from typing import get_args
 
 import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
-from ema_core.config import PAPER_ALPHAS, DilutionConfig
+from ema_core.config import PAPER_ALPHAS, Decoder, DilutionConfig, Precision
 from ema_core.dilution import (
     IdentityResult,
     analytic_frame,
     effective_window,
     half_life,
     interference_energy,
+    limit_sentences,
+    limit_summary,
     measure_footprint,
     measure_identity,
 )
-from ema_core.figures.dilution import identity_chart, lag_weight_chart, sir_chart
+from ema_core.figures.dilution import horizon_frame, identity_chart, lag_weight_chart, sir_chart
 from pages._router import ensure_router
 from pages._ui import chart_with_downloads, table_downloads
 
@@ -33,6 +36,13 @@ LIMITS = {
     "window": (2, 32, 8),
     "seed": (0, 2**32 - 1, 0),
 }
+DECODERS = get_args(Decoder)  # linear first: the default
+DECODER_LABELS = {"linear": "linear (trained)", "peel": "peel (knows the table)"}
+PRECISIONS = get_args(Precision)
+# σ of the noise on the stored trace, in decades: a trace's coordinates are about 0.01 to 0.1.
+NOISE_STEPS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+# key: (options, default) of every choice the page offers.
+CHOICES = {"decoder": (DECODERS, "linear"), "precision": (PRECISIONS, "float32"), "noise": (NOISE_STEPS, 0.0)}
 METRICS = (  # label, help: one per column of the metrics table
     ("Half-life", "ln ½ / ln(1 − α): the lag at which a token's weight has halved"),
     ("95 % window", "the fewest recent tokens that carry 95 % of the trace's weight"),
@@ -63,6 +73,11 @@ def _drop_bad_state() -> list[str]:
         if not ok or (isinstance(lo, int) and not float(v).is_integer()):
             del st.session_state[key]
             dropped.append(key)
+    for key, (options, _) in CHOICES.items():
+        v = st.session_state.get(key)
+        if v is not None and (isinstance(v, bool) or v not in options):
+            del st.session_state[key]
+            dropped.append(key)
     return dropped
 
 
@@ -75,14 +90,23 @@ st.markdown(
     r"""
 Every token that enters an EMA trace $h_t = (1-\alpha)\,h_{t-1} + \alpha\,x_t$ is still there $k$ steps
 later with weight $\alpha(1-\alpha)^k$, **whatever the token**, while the trace's steady-state
-interference energy stays at $\alpha/(2-\alpha)$: the identity of the token at lag $k$ fades.
-The measured panel trains a linear decoder to name the token at lag $k$ from the traces and scores
-it on held-out steps (chance is $1/V$).
+interference energy stays at $\alpha/(2-\alpha)$: the *weight* of the token at lag $k$ fades. Whether
+its *identity* is lost depends on who reads the trace and how precisely it is stored.
+The measured panel names the token at lag $k$ from the stored traces and scores it on held-out steps
+(chance is $1/V$), by one of two decoders:
 
-With *window* on, the decoder reads the last $w$ trace states instead of the current one; an EMA
-*sequence* is invertible ($x_t = (h_t - (1-\alpha)h_{t-1})/\alpha$), so recent lags come back exactly —
-the paper's caveat. A linear read-out from a single decreasing-weight trace tends to name the most
-recent occurrence, which is why one fast rate alone can fall to chance right after lag 0.
+- **linear**: a ridge read-out trained on the stream. From a single decreasing-weight trace it tends
+  to name the most recent occurrence, which is why one fast rate alone can fall to chance right after
+  lag 0. With *window* on it reads the last $w$ trace states; an EMA *sequence* is invertible
+  ($x_t = (h_t - (1-\alpha)h_{t-1})/\alpha$), so recent lags come back exactly — the paper's caveat.
+- **peel**: knows the embedding table and the rates, and takes the newest tokens off the current
+  state one at a time ($h/\alpha \approx e_{x_t} + (1-\alpha)\,e_{x_{t-1}} + \dots$: name the nearest
+  embedding, subtract it, divide by $1-\alpha$, repeat). No training.
+
+The trace is computed in float64, then *stored*: Gaussian noise of $\sigma$ per coordinate added,
+and rounded to the chosen precision. Its error $\sigma$ per coordinate sets the analytic horizon
+$k^* = \ln(\sigma/\alpha)/\ln(1-\alpha)$, the lag where the token's weight falls to the error (dashed
+on the chart, beside the measured one, where it lies within the lags shown).
 """
 )
 
@@ -95,9 +119,21 @@ with st.sidebar:
     st.slider("Vocabulary size V", *LIMITS["vocab"], key="vocab")
     st.slider("Embedding dimension D", *LIMITS["dim"], key="dim")
     st.slider("Max lag", *LIMITS["max_lag"], key="max_lag")
-    window_mode = st.toggle("Decode from a window of past trace states", key="window_mode")
-    if window_mode:
+    decoder = st.radio("Decoder", DECODERS, index=DECODERS.index(CHOICES["decoder"][1]), key="decoder",
+                       format_func=DECODER_LABELS.get, horizontal=True,
+                       help="linear: a ridge read-out trained on the stream; peel: knows the embedding table and "
+                            "the rates, takes the newest tokens off the current state one by one")
+    # The peel reads the current state only (the config refuses a window with it).
+    window_mode = st.toggle("Decode from a window of past trace states", key="window_mode",
+                            disabled=decoder == "peel", help="the linear decoder only")
+    if window_mode and decoder == "linear":
         st.slider("Window w (trace states)", *LIMITS["window"], key="window")
+    st.subheader("Stored trace")
+    st.selectbox("Precision", PRECISIONS, index=PRECISIONS.index(CHOICES["precision"][1]), key="precision",
+                 help="the number format the trace is rounded to once computed (in float64)")
+    st.select_slider("Noise σ per coordinate", NOISE_STEPS, value=CHOICES["noise"][1], key="noise",
+                     format_func=lambda v: "none" if v == 0 else f"{v:g}",
+                     help="Gaussian noise added to the stored trace, drawn from the seed")
     st.number_input("Seed", *LIMITS["seed"], step=1, key="seed")
 if dropped:
     st.info(f"Out-of-range settings were reset to their defaults: {', '.join(dropped)}.")
@@ -112,7 +148,10 @@ try:
         vocab=int(ss["vocab"]),
         dim=int(ss["dim"]),
         max_lag=int(ss["max_lag"]),
-        window=int(ss["window"]) if window_mode else 1,
+        window=int(ss["window"]) if window_mode and decoder == "linear" else 1,
+        decoder=decoder,
+        precision=ss["precision"],
+        noise=float(ss["noise"]),
         seed=int(ss["seed"]),
     )
 except ValidationError as err:
@@ -164,7 +203,7 @@ if footprint > MEASURE_BUDGET_BYTES:
     st.stop()
 
 t0 = time.perf_counter()
-with st.spinner("Training the decoders…"):
+with st.spinner("Training the decoders…" if cfg.decoder == "linear" else "Peeling the traces…"):
     result = _measure(cfg.model_dump_json())
 cached = time.perf_counter() - t0 < 0.5 * result.seconds
 order = list(dict.fromkeys(result.accuracy["feature"]))
@@ -172,9 +211,11 @@ table = result.accuracy.pivot(index="lag", columns="feature", values="accuracy")
 table.columns.name = None
 
 window_text = f"window {cfg.window}" if cfg.window > 1 else "current state only"
+stored_text = f"stored as {cfg.precision}" + (f" with noise σ = {cfg.noise:g}" if cfg.noise > 0 else "")
 chart_col, table_col = st.columns([3, 2])
 with chart_col:
-    chart_with_downloads(identity_chart(result.accuracy, result.chance), "identity_accuracy", key="identity")
+    chart_with_downloads(identity_chart(result.accuracy, result.chance, cfg.decoder,
+                                        horizon_frame(result.limits, cfg.max_lag)), "identity_accuracy", key="identity")
 with table_col:
     st.dataframe(
         table,
@@ -187,10 +228,16 @@ with table_col:
         table,
         "identity_accuracy",
         key="identity_table_dl",
-        caption=f"Identity accuracy at lag k (V={cfg.vocab}, D={cfg.dim}, {window_text}, seed {cfg.seed}); chance {result.chance:.3g}.",
+        caption=f"Identity accuracy at lag k ({cfg.decoder} decoder, V={cfg.vocab}, D={cfg.dim}, {window_text}, "
+                f"{stored_text}, seed {cfg.seed}); chance {result.chance:.3g}.",
         label="tab:identity-accuracy",
     )
 st.caption(
     f"Measured in {result.seconds:.2f} s{' (cached)' if cached else ''}: "
-    f"{cfg.n_train} training and {cfg.n_test} held-out steps, {window_text}, chance 1/V = {result.chance:.4g}."
+    + (f"{cfg.n_train} training and {cfg.n_test} held-out steps, {window_text}" if cfg.decoder == "linear"
+       else f"the peel on {cfg.n_test} held-out steps, no training")
+    + f", traces {stored_text}, chance 1/V = {result.chance:.4g}."
 )
+# Which limit applies, worded from the measured and analytic horizons (ema_core.dilution.limit_frame).
+st.markdown(f"**Which limit applies here.** {limit_summary(result.limits)}\n\n"
+            + "\n".join(limit_sentences(result.limits, cfg, cfg.decoder)))

@@ -14,7 +14,7 @@ from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, config_id, config_without_seed, list_runs, mean_std_cells
-from store.structure import probe_accuracy_stats, probe_control, structure_headlines
+from store.structure import probe_accuracy_stats, probe_control, structure_headlines, structure_verdicts
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -28,6 +28,10 @@ PAPER = {
                              "overall token accuracy, test split"),
     "within_traces": ("Within grammar: probe on traces", "0.960", "[S]; [U] Within A 96",
                       "overall token accuracy, test split"),
+    "spcn_minus_instantaneous": ("Within grammar: traces − instantaneous", "0.165 (0.960 − 0.795)", "[S]",
+                                   "per seed: traces − instantaneous overall accuracy, test split"),
+    "within_ngram": ("Within grammar: n-gram window (no EMA)", "—", "ours",
+                     "the last 3 word identities and the position, one-hot, the same probe; test split"),
     "spcn_over_bigru": ("SPCN / BiGRU, overall", "≈ 0.96", "[A] [S]",
                         "per seed: SPCN (traces) ÷ BiGRU overall accuracy, test split"),
     "structural_spcn": ("Structure-dependent roles: SPCN", "—", "",
@@ -46,17 +50,46 @@ PAPER = {
                              "role agent_det, novel split"),
     "novel_agent_det_bigru": ("Novel vocabulary, agent determiners: BiGRU", "0.759", "[S]",
                               "role agent_det, novel split"),
+    "novel_agent_det_gap": ("Novel vocabulary, agent determiners: SPCN − BiGRU", "0.241 (1.000 − 0.759)", "[S]",
+                            "per seed, role agent_det, novel split"),
     "novel_overall_spcn": ("Transfer (novel vocabulary): SPCN overall", "0.618", "[U] Transfer B 61.8",
                            "overall, novel split (the paper's transfer condition is unknown)"),
     "novel_overall_bigru": ("Transfer (novel vocabulary): BiGRU overall", "—", "", "overall, novel split"),
+    "novel_overall_ngram": ("Transfer (novel vocabulary): n-gram window overall", "—", "ours",
+                            "overall, novel split (every novel word in one unknown column)"),
     "deep_overall_spcn": ("Deep embedding: SPCN overall", "0.84", "[U] Deep-embedded roles 84",
                           "overall, deep split (nested clauses)"),
     "deep_overall_bigru": ("Deep embedding: BiGRU overall", "—", "", "overall, deep split (nested clauses)"),
+    "deep_overall_ngram": ("Deep embedding: n-gram window overall", "—", "ours",
+                           "overall, deep split (positions past the training sentences' carry no weight)"),
 }
 CONTROL_COLUMNS = {  # measure of store.structure.probe_control -> column of the control table
-    "trained": "trained SPCN", "untrained": "untrained SPCN", "control": "control task",
-    "selectivity": "selectivity (trained − control)", "training_gain": "trained − untrained",
+    "trained": "real task", "untrained": "untrained SPCN", "control": "control: word",
+    "control_prev": "control: word × prev. category", "control_pos": "control: word × position",
+    "selectivity": "selectivity (word)", "selectivity_prev": "selectivity (word × prev. category)",
+    "selectivity_pos": "selectivity (word × position)", "training_gain": "trained − untrained",
 }
+# What each control task rules out (the page's words; the sentences with numbers are the store's).
+CONTROL_TEXT = (
+    "Is the structure in the features, or in the probe? Each *control task* (Hewitt & Liang 2019) gives tokens "
+    "random roles drawn from the real roles' distribution, keyed on something the features might simply "
+    "enumerate, and trains the same probe (kind and the penalty chosen on the real task) on it; **selectivity** = "
+    "real accuracy − control accuracy, formed per seed.\n\n"
+    "- **word** — each word type gets one random role. Any features that hold word identity decode it, so "
+    "it rules out nothing where they do — and SPCN's traces and the n-gram window both hold it.\n"
+    "- **word × previous category** — each (word, category of the word before) pair gets one random role. It "
+    "rules out that the real roles are read only because the features tell every word-in-context pair apart "
+    "(any labelling of those pairs would then be read as well). Where a word nearly always follows one "
+    "category (a noun after a determiner), its random labels are nearly a function of the word alone, so read "
+    "this selectivity against the n-gram window's.\n"
+    "- **word × position** — each (word, position in the sentence) pair gets one random role. It rules out "
+    "that the roles are read only because the features tell every word-at-a-position apart (traces reset at "
+    "each sentence start carry the position).\n\n"
+    "The n-gram window sets the scale: it holds exactly the last 3 words and the position, additively, so its "
+    "selectivity is what a short window gives. The *untrained* SPCN (its frozen random projections alone) "
+    "measures what the Hebbian learning added."
+)
+VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning}
 
 
 def _wide(df: pd.DataFrame, index: list[str], column: str, mean: str, std: str, order: list[str]) -> pd.DataFrame:
@@ -96,7 +129,10 @@ from its **traces**; a supervised **BiGRU** is the baseline. *Lexical* roles are
 (a relative pronoun is always one); *structure-dependent* roles by position (the same determiner is
 `agent_det` or `patient_det`). The paper's claim: traces keep structure — the trace probe gains on
 structure-dependent roles, and holds up on *novel vocabulary*, where a BiGRU that learned word→role
-shortcuts falls.
+shortcuts falls. Beside them, the **n-gram window**: the same probe on one-hot identities of the last
+3 words and the position in the sentence — no EMA, no SPCN — the baseline that says how much of a
+role a short window already gives. Every setting (SPCN's context gain, each probe's penalty, the BiGRU's
+epoch) was chosen on dev sentences and on a separate pool of new words, never on a split scored here.
 """
 )
 
@@ -131,6 +167,7 @@ try:
     stats = probe_accuracy_stats(picked)
     headlines = structure_headlines(picked, STRUCTURAL, spcn=SPCN)
     control = probe_control(picked)
+    verdicts = structure_verdicts(picked, STRUCTURAL)
 except StoreError as exc:
     st.error(str(exc))
     st.stop()
@@ -161,17 +198,28 @@ else:
                                     f"(seeds {', '.join(map(str, seeds))}).",
                             label=f"tab:structure-roles-{split}")
 
+# -- what the numbers show -----------------------------------------------------------------------------
+st.subheader("What these runs show")
+if verdicts.findings:
+    st.markdown("\n".join(f"- {f.sentence}" for f in verdicts.findings))
+else:
+    st.info("These runs hold none of the comparisons (trained against untrained SPCN, traces against the n-gram "
+            "window, the control tasks).")
+st.markdown(verdicts.rule)
+
 # -- the paper beside ours -----------------------------------------------------------------------------
 st.subheader("The paper's numbers beside ours")
 found = headlines.set_index("measure")
+verdict_of = {v.claim.measure: v for v in verdicts.claims}
 rows = []
 for measure, (what, paper, source, how) in PAPER.items():
     has = measure in found.index
     rows.append({"measure": what, "paper": paper,
                  "ours_mean": found.at[measure, "value_mean"] if has else float("nan"),
                  "ours_std": found.at[measure, "value_std"] if has else float("nan"),
-                 "seeds": int(found.at[measure, "n"]) if has else 0, "source": source,
-                 "ours measured as": how if has else f"{how} — not in these runs"})
+                 "seeds": int(found.at[measure, "n"]) if has else 0,
+                 "verdict": verdict_of[measure].word if measure in verdict_of and has else "",
+                 "source": source, "ours measured as": how if has else f"{how} — not in these runs"})
 paper_table = mean_std_cells(pd.DataFrame(rows))
 # A static table (a dozen rows, every cell's text in full); "0.797 ± 0.002" kept on one line.
 st.table(unbroken(paper_table, "ours"), hide_index=True)
@@ -180,20 +228,18 @@ table_downloads(paper_table, "structure_paper_vs_ours", key="structure_paper_dl"
                         "[S] seed summaries, [U] unverified extraction.",
                 label="tab:structure-paper")
 st.caption("Sources: [A] the abstract, [S] the detailed summaries, [U] an unverified automatic extraction of the "
-           "paper's tables — shown, never tuned to. SPCN is the probe on its traces.")
+           "paper's tables — shown, never tuned to; \"ours\": a baseline the paper does not have. SPCN is the probe "
+           "on its traces. A verdict judges one of the paper's claims by the rule above; the paper's levels come "
+           "from another grammar and are shown, not judged.")
+for v in verdicts.claims:
+    VERDICT_BOX[v.verdict](v.sentence)
 
 # -- probe controls ------------------------------------------------------------------------------------
 st.subheader("Probe controls")
 control_frame = probe_control_frame(control)
 chart_col, text_col = st.columns([1, 1])
 with text_col:
-    st.markdown(
-        "Is the structure in SPCN's features, or in the probe? The same probe trained on a *control task* "
-        "(a random word-type → label map, Hewitt & Liang 2019) measures what a probe can memorise on its own; "
-        "**selectivity** = real accuracy − control accuracy, high when the features, not the probe, carry the "
-        "roles. The same probe on an *untrained* SPCN (its frozen random projections alone) measures what the "
-        "Hebbian learning added. Differences are formed per seed, then averaged."
-    )
+    st.markdown(CONTROL_TEXT)
 if control_frame.empty:
     st.info("These runs hold no control-task or untrained-SPCN probes.")
 else:
@@ -204,8 +250,8 @@ else:
     ctrl = control.assign(measure=control["measure"].map(CONTROL_COLUMNS)).dropna(subset=["measure"])
     control_table = _wide(ctrl, ["feature_set"], "measure", "value_mean", "value_std", list(CONTROL_COLUMNS.values()))
     control_table = (control_table.sort_values("feature_set", key=lambda c: c.map(sets), na_position="last")
-                     .rename(columns={"feature_set": "SPCN features"}).reset_index(drop=True))
-    control_table["seeds"] = control_table["SPCN features"].map(control.groupby("feature_set")["n"].max())
+                     .rename(columns={"feature_set": "features"}).reset_index(drop=True))
+    control_table["seeds"] = control_table["features"].map(control.groupby("feature_set")["n"].max())
     st.table(unbroken(control_table, *CONTROL_COLUMNS.values()), hide_index=True)
     table_downloads(control_table, "structure_probe_control", key="structure_control_dl",
                     caption="Probe controls: overall accuracy on the test split, mean ± std across seeds.",

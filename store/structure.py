@@ -2,17 +2,27 @@
 with its headline numbers and the probes' controls."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
+from ema_core.structure_findings import (NGRAM_BASELINE, SPCN_HEADLINE, VERDICT_RULE, ClaimVerdict, Finding,
+                                         Spread, claim_verdicts, findings, pair_stats)
+
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
 
 # Feature sets of a structure run: SPCN features read by a linear probe ("instantaneous", "traces",
-# "both"), the supervised "bigru", the same probes on an untrained SPCN ("untrained/<set>") and on
-# the control task of Hewitt & Liang ("control/<set>", role "overall", split "test" only).
+# "both"), the n-gram window baseline ("ngram1", "ngram2", "ngram" = the last 1, 2, 3 word identities
+# and the position, no EMA), the supervised "bigru", the word-identity baseline "word_majority", the
+# same probes on an untrained SPCN ("untrained/<set>") and on the control tasks ("control/<set>":
+# labels keyed on the word type, Hewitt & Liang; "control_prev/<set>": on word × the previous word's
+# category; "control_pos/<set>": on word × position; role "overall", split "test" only).  Splits:
+# test, novel, deep (scored) and dev, novel_dev (the tuning splits, recorded as what settings were
+# chosen on).
 
 
 def probe_accuracy(run_ids: RunIds = None, role: str | None = None, feature_set: str | None = None,
@@ -55,8 +65,8 @@ _PROBE_ROWS = f"""SELECT t.run_id, r.seed, t.role, t.feature_set, t.split, t.acc
                   WHERE {RUN_FILTER.format(col='t.run_id')} AND t.accuracy IS NOT NULL AND NOT isnan(t.accuracy)"""
 
 
-def structure_headlines(run_ids: RunIds = None, structural_roles: Iterable[str] = (), spcn: str = "traces", *,
-                        home: Path | None = None) -> pd.DataFrame:
+def structure_headlines(run_ids: RunIds = None, structural_roles: Iterable[str] = (), spcn: str = "traces",
+                        ngram: str = "ngram", *, home: Path | None = None) -> pd.DataFrame:
     """The structure study's headline numbers, per run then across runs.
 
     Columns: measure, n, seeds, value_mean, value_std.  Measures (SPCN = the probe on feature set
@@ -66,8 +76,11 @@ def structure_headlines(run_ids: RunIds = None, structural_roles: Iterable[str] 
     structural_spcn, structural_bigru,    mean accuracy over the ``structural_roles`` that both
     structural_gap                        scored on the test split, and SPCN − BiGRU
     novel_structural_spcn, _bigru, _gap   the same on the novel-vocabulary split
-    novel_agent_det_spcn, _bigru          agent_det accuracy on the novel-vocabulary split
-    novel_overall_spcn, novel_overall_bigru, deep_overall_spcn, deep_overall_bigru
+    novel_agent_det_spcn, _bigru, _ngram  agent_det accuracy on the novel-vocabulary split
+    novel_agent_det_gap                   SPCN − BiGRU there, per run
+    spcn_minus_instantaneous              SPCN − instantaneous overall, test split, per run
+    within_ngram                          the n-gram window (feature set ``ngram``), overall, test split
+    novel_overall_spcn, _bigru, _ngram, deep_overall_spcn, _bigru, _ngram
     A measure that no run provides has no row.
     """
     sql = f"""
@@ -83,6 +96,13 @@ def structure_headlines(run_ids: RunIds = None, structural_roles: Iterable[str] 
             SELECT seed, 'within_instantaneous' AS measure, accuracy AS value
                 FROM o WHERE split = 'test' AND feature_set = 'instantaneous'
             UNION ALL SELECT seed, 'within_traces', accuracy FROM o WHERE split = 'test' AND feature_set = 'traces'
+            UNION ALL SELECT seed, 'within_ngram', accuracy FROM o WHERE split = 'test' AND feature_set = $ngram
+            UNION ALL SELECT a.seed, 'spcn_minus_instantaneous', a.accuracy - b.accuracy
+                FROM o a JOIN o b ON a.run_id = b.run_id AND a.split = b.split
+                WHERE a.split = 'test' AND a.feature_set = $spcn AND b.feature_set = 'instantaneous'
+            UNION ALL SELECT a.seed, 'novel_agent_det_gap', a.accuracy - b.accuracy
+                FROM p a JOIN p b ON a.run_id = b.run_id AND a.split = b.split AND a.role = b.role
+                WHERE a.split = 'novel' AND a.role = 'agent_det' AND a.feature_set = $spcn AND b.feature_set = 'bigru'
             UNION ALL SELECT a.seed, 'spcn_over_bigru', a.accuracy / b.accuracy
                 FROM o a JOIN o b ON a.run_id = b.run_id AND a.split = b.split
                 WHERE a.split = 'test' AND a.feature_set = $spcn AND b.feature_set = 'bigru' AND b.accuracy > 0
@@ -90,43 +110,76 @@ def structure_headlines(run_ids: RunIds = None, structural_roles: Iterable[str] 
             UNION ALL SELECT seed, m || 'bigru', bigru FROM s
             UNION ALL SELECT seed, m || 'gap', spcn - bigru FROM s
             UNION ALL SELECT seed, CASE WHEN role = 'agent_det' THEN 'novel_agent_det_' ELSE split || '_overall_' END
-                                   || CASE WHEN feature_set = 'bigru' THEN 'bigru' ELSE 'spcn' END, accuracy
-                FROM p WHERE feature_set IN ($spcn, 'bigru')
+                                   || CASE WHEN feature_set = 'bigru' THEN 'bigru'
+                                           WHEN feature_set = $ngram THEN 'ngram' ELSE 'spcn' END, accuracy
+                FROM p WHERE feature_set IN ($spcn, 'bigru', $ngram)
                   AND ((split = 'novel' AND role IN ('agent_det', 'overall')) OR (split = 'deep' AND role = 'overall'))
         )
         {across_runs("SELECT * FROM per_run", "measure")}"""
-    return query_frame(sql, {"ids": id_list(run_ids), "structural": [str(r) for r in structural_roles], "spcn": spcn},
-                       home)
+    return query_frame(sql, {"ids": id_list(run_ids), "structural": [str(r) for r in structural_roles], "spcn": spcn,
+                             "ngram": ngram}, home)
 
 
 def probe_control(run_ids: RunIds = None, split: str = "test", *, home: Path | None = None) -> pd.DataFrame:
-    """Probe controls per SPCN feature set, per run then across runs (overall accuracy on ``split``).
+    """Probe controls per feature set, per run then across runs (overall accuracy on ``split``).
 
     Columns: feature_set, measure, n, seeds, value_mean, value_std.  Measures: trained (the probe
-    on the trained SPCN), untrained (the same probe on an untrained SPCN), control (the probe
-    trained on the control task), selectivity (trained − control, Hewitt & Liang 2019) and
-    training_gain (trained − untrained).  The feature sets are those with a control or an
-    untrained counterpart.
+    on the features themselves: the trained SPCN's, or the n-gram window's), untrained (the same
+    probe on an untrained SPCN), control, control_prev, control_pos (the probe trained on a
+    control task: labels keyed on the word type, Hewitt & Liang 2019; on word × the previous word's
+    category; on word × position), selectivity, selectivity_prev, selectivity_pos (trained − the
+    control) and training_gain (trained − untrained).  The feature sets are those with a control or
+    an untrained counterpart.
     """
     sql = f"""
         WITH o AS (SELECT * FROM ({_PROBE_ROWS}) WHERE role = 'overall' AND split = $split),
         v AS (SELECT run_id, seed, accuracy,
-                     CASE WHEN feature_set LIKE 'untrained/%' THEN 'untrained'
-                          WHEN feature_set LIKE 'control/%' THEN 'control' ELSE 'trained' END AS measure,
+                     CASE WHEN feature_set LIKE '%/%' THEN split_part(feature_set, '/', 1) ELSE 'trained' END
+                         AS measure,
                      CASE WHEN feature_set LIKE '%/%' THEN split_part(feature_set, '/', 2)
                           ELSE feature_set END AS base
               FROM o),
-        bases AS (SELECT DISTINCT base FROM v WHERE measure <> 'trained'),
-        w AS (SELECT v.* FROM v JOIN bases USING (base)),
+        w0 AS (SELECT * FROM v WHERE measure IN ('trained', 'untrained', 'control', 'control_prev', 'control_pos')),
+        bases AS (SELECT DISTINCT base FROM w0 WHERE measure <> 'trained'),
+        w AS (SELECT w0.* FROM w0 JOIN bases USING (base)),
         per_run AS (
             SELECT seed, base AS feature_set, measure, accuracy AS value FROM w
-            UNION ALL SELECT a.seed, a.base, CASE b.measure WHEN 'control' THEN 'selectivity' ELSE 'training_gain' END,
+            UNION ALL SELECT a.seed, a.base,
+                             CASE b.measure WHEN 'untrained' THEN 'training_gain'
+                                            ELSE replace(b.measure, 'control', 'selectivity') END,
                              a.accuracy - b.accuracy
                 FROM w a JOIN w b ON a.run_id = b.run_id AND a.base = b.base
                 WHERE a.measure = 'trained' AND b.measure <> 'trained'
         )
         {across_runs("SELECT * FROM per_run", "feature_set, measure")}"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split}, home)
+
+
+# -- the paper's claims and what the numbers show (the rule and the sentences: ema_core) ------------------
+
+@dataclass(frozen=True)
+class StructureVerdicts:
+    claims: list[ClaimVerdict]   # each of the paper's directional claims, judged by VERDICT_RULE
+    findings: list[Finding]      # what the numbers show, one sentence each, computed from them
+    rule: str = VERDICT_RULE
+
+
+def structure_verdicts(run_ids: RunIds = None, structural_roles: Iterable[str] = (), *,
+                       home: Path | None = None) -> StructureVerdicts:
+    """The paper's claims judged, and the findings stated, for these runs.
+
+    The claims read :func:`structure_headlines`' per-run measures (their mean and std across runs);
+    the findings read each run's overall accuracies (per-run differences, then across runs).  The
+    rule and the sentences are :mod:`ema_core.experiments.structure`'s, the same that
+    ``bench/structure.py`` applies to its summaries.
+    """
+    found = structure_headlines(run_ids, structural_roles, SPCN_HEADLINE, NGRAM_BASELINE, home=home)
+    measures = {r.measure: Spread(float(r.value_mean),
+                                  float(r.value_std) if pd.notna(r.value_std) else math.nan, int(r.n))
+                for r in found.itertuples(index=False)}
+    overall = probe_accuracy(run_ids, role="overall", home=home)
+    runs = [g.to_dict("records") for _, g in overall.groupby("run_id", sort=True)] if len(overall) else []
+    return StructureVerdicts(claim_verdicts(measures), findings(pair_stats(runs)))
 
 
 register_run_table("probe_accuracy", RunTable(probe_accuracy, ("feature_set", "role", "split"), ("accuracy",)))

@@ -10,9 +10,9 @@ The synthetic rows are test inputs with known answers, never results (no page or
 them outside the tests): the page's arithmetic is checked against them.  They are shaped like the
 paper's claims (PAPER.md §2) so that every view has something to draw: traces above
 instantaneous activations, the BiGRU strong on lexical roles and weaker on structure-dependent
-ones, the BiGRU losing agent determiners on novel vocabulary, the probe on the control task near
-chance.  The deep split scores only the roles of the embedded structures, so rows are missing
-there, as they will be in real runs.
+ones, the BiGRU losing agent determiners on novel vocabulary, the probe on the control tasks near
+chance, the n-gram window a little below the traces.  The deep split scores only the roles of the
+embedded structures, so rows are missing there, as they will be in real runs.
 """
 from __future__ import annotations
 
@@ -28,13 +28,20 @@ KIND = "structure"
 # The quick preset shrunk to seconds per seed; the numbers mean little, the result's shape is real.
 TINY = dict(n_train=400, n_eval=40, units=64, k=4, passes=1, bigru_max_epochs=2)
 SPCN_SETS = ("instantaneous", "traces", "both")
+NGRAM_SETS = ("ngram1", "ngram2", "ngram")
+CONTROLS = ("control", "control_prev", "control_pos")
 # Mean accuracy per (feature set, role kind) before per-seed noise.
 LEVELS = {
     ("instantaneous", True): 0.93, ("instantaneous", False): 0.74,
     ("traces", True): 0.97, ("traces", False): 0.95,
     ("both", True): 0.98, ("both", False): 0.96,
+    ("ngram1", True): 0.96, ("ngram1", False): 0.70,
+    ("ngram2", True): 0.96, ("ngram2", False): 0.80,
+    ("ngram", True): 0.96, ("ngram", False): 0.90,
     ("bigru", True): 0.995, ("bigru", False): 0.91,
 }
+# The control tasks' mean overall accuracy, per control: near chance, the context-keyed ones lower.
+CONTROL_LEVELS = {"control": 0.35, "control_prev": 0.25, "control_pos": 0.2}
 SPLIT_DROP = {"test": 0.0, "novel": 0.08, "deep": 0.12}
 
 
@@ -56,7 +63,7 @@ def synthetic_result(seed: int) -> dict:
                      "accuracy": float(np.clip(accuracy, 0.0, 1.0))})
 
     for split, roles in split_roles().items():
-        for fs in (*SPCN_SETS, "bigru"):
+        for fs in (*SPCN_SETS, *NGRAM_SETS, "bigru"):
             drop = SPLIT_DROP[split] * (1.0 if fs == "bigru" else 0.5)
             accs = []
             for role in roles:
@@ -70,17 +77,19 @@ def synthetic_result(seed: int) -> dict:
             for role in roles:
                 add(role, f"untrained/{fs}", split, LEVELS[(fs, lexical[role])] - 0.2 + rng.normal(0, 0.02))
             add("overall", f"untrained/{fs}", split, LEVELS[(fs, False)] - 0.2 + rng.normal(0, 0.02))
-    for fs in SPCN_SETS:  # control task: a random word type → label map, overall on test only
-        add("overall", f"control/{fs}", "test", 0.35 + rng.normal(0, 0.02))
+    for fs in (*SPCN_SETS, *NGRAM_SETS):  # control tasks: random keyed labels, overall on test only
+        for control in CONTROLS:
+            add("overall", f"{control}/{fs}", "test", CONTROL_LEVELS[control] + rng.normal(0, 0.02))
 
     def overall(fs, split):
         return next(r["accuracy"] for r in rows if (r["role"], r["feature_set"], r["split"]) == ("overall", fs, split))
 
     summary = {
         "grammar": {"words": 147, "structures": 6, "roles": 20},
-        "within": {fs: overall(fs, "test") for fs in (*SPCN_SETS, "bigru")},
-        "transfer": {fs: overall(fs, "novel") for fs in ("traces", "bigru")},
-        "deep": {fs: overall(fs, "deep") for fs in ("traces", "bigru")},
+        "within": {fs: overall(fs, "test") for fs in (*SPCN_SETS, "ngram", "bigru")},
+        "transfer": {fs: overall(fs, "novel") for fs in ("traces", "ngram", "bigru")},
+        "deep": {fs: overall(fs, "deep") for fs in ("traces", "ngram", "bigru")},
+        "tuned_on": "dev",
         "seconds": 1.0,
     }
     return {"summary": summary, "tables": {"probe_accuracy": rows}}

@@ -2,12 +2,14 @@ import importlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, Reporter, build_config, get_experiment
 from ema_core.config import setting_fields
 from ema_core.experiments.dilution_sweep import DilutionSweepConfig
+from ema_core.experiments.units import unit_of
 
 # Small enough to train in a second, big enough that α = 0.5 names the current token.
 TINY = dict(alphas=(0.5, 0.1), vocab=16, dim=16, max_lag=4, n_train=512, n_test=256, steps=60, batch=64,
@@ -87,7 +89,7 @@ def test_no_setting_of_a_group_is_declared_again_beside_it():
     (dict(overrides={"steps": "1.5"}), r"^train.steps: Input should be a valid integer"),
     (dict(overrides={"alphas": "0.5,1.5"}), r"^alphas: every rate must lie in \(0, 1\], got \[1.5\]"),
     (dict(overrides={"alphas": "0.5,0.5"}), r"^alphas: rates must be distinct"),
-    (dict(overrides={"vocabulary": "32"}), r"^vocabulary: not a setting of dilution; settings: alphas, include_all, stream.vocab"),
+    (dict(overrides={"vocabulary": "32"}), r"^vocabulary: not a setting of dilution; settings: decoder, alphas, include_all, stream.vocab"),
     (dict(overrides={"train.vocab": "32"}), r"^train.vocab: not a setting of dilution"),
     (dict(overrides={"train": "32"}), r"^train: not a setting of dilution"),
     (dict(preset="huge"), r"^unknown preset 'huge' for dilution; presets: quick, paper$"),
@@ -175,3 +177,98 @@ def test_experiments_import_no_runner_store_or_ui():
             "bad = [m for m in ('streamlit', 'duckdb', 'jobs', 'store') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the dilution sweep's peel decoder and stored trace ------------------------------------------------
+def test_stored_trace_settings_are_reached_by_path_or_name():
+    by_path = build_config("dilution", overrides={"stream.noise": "0.01", "stream.precision": "bfloat16",
+                                                  "decoder": "peel"})
+    by_name = build_config("dilution", overrides={"noise": 0.01, "precision": "bfloat16", "decoder": "peel"})
+    assert by_path == by_name and (by_path.stream.noise, by_path.stream.precision, by_path.decoder) == \
+        (0.01, "bfloat16", "peel")
+    default = build_config("dilution")
+    assert (default.decoder, default.stream.precision, default.stream.noise) == ("linear", "float32", 0.0)
+    # a config stored before these settings existed reads as today's defaults
+    older = default.model_dump(mode="json")
+    del older["decoder"], older["stream"]["precision"], older["stream"]["noise"]
+    assert DilutionSweepConfig.model_validate(older) == default
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"decoder": "mlp"}, r"^decoder: Input should be 'linear' or 'peel' \(got 'mlp'\)$"),
+    ({"precision": "int8"}, r"^stream.precision: Input should be 'float64', 'float32', 'bfloat16' or 'float16'"),
+    ({"noise": "-1"}, r"^stream.noise: Input should be greater than or equal to 0"),
+    ({"decoder": "peel", "window": 3}, r"stream.window: the peel decoder reads the current trace state only"),
+])
+def test_a_bad_decoder_or_stored_trace_is_one_line(overrides, message):
+    with pytest.raises(ValueError, match=message) as info:
+        build_config("dilution", overrides=overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_peel_sweep_names_lag_8_at_quick_and_noise_takes_it_away():
+    # The issue's acceptance: `emalab run dilution --preset quick --set decoder=peel` (≥ 0.9 at lag 8 for
+    # α = 0.5) and with `--set noise=0.01` (within 3× chance there), in-process.
+    exp = REGISTRY["dilution"]
+    rep = NullReporter()
+    clean = exp.run(build_config("dilution", preset="quick", overrides={"decoder": "peel"}), rep)
+    s = clean["summary"]
+    assert s["acc_lag8/α=0.5"] >= 0.9 and s["chance"] == 1 / 32
+    assert not any(key.startswith("loss/") for _, m in rep.events for key in m)  # no Adam step was taken
+    assert not any(key.startswith("final_loss/") for key in s)
+    assert rep.checkpoints_saved == 0 and rep.fraction == 1.0
+    assert s["limit/α=0.5"] == "beyond max lag" and s["analytic_horizon/α=0.5"] > 8
+    assert s["limit/α=0.02"] == "diluted" and s["horizon/α=0.02"] == 0
+    noisy = exp.run(build_config("dilution", preset="quick", overrides={"decoder": "peel", "noise": "0.01"}),
+                    NullReporter())["summary"]
+    assert noisy["acc_lag8/α=0.5"] <= 3 * noisy["chance"]
+    assert noisy["limit/α=0.5"] == "noise" and 4 <= noisy["horizon/α=0.5"] <= noisy["analytic_horizon/α=0.5"] + 0.5
+    assert noisy["sigma/α=0.5"] == pytest.approx(0.01, rel=1e-6)
+    # every number the summary gains has a unit; the limit is a name, like feature_sets
+    assert all(unit_of(k) for k, v in noisy.items() if isinstance(v, (int, float)))
+
+
+def test_peel_sweep_matches_the_closed_form_measurement():
+    # Same stream (the sweep's torch scan, the page's numba scan), same held-out steps, same decoder.
+    from ema_core.config import DilutionConfig
+    from ema_core.dilution import measure_identity
+
+    cfg = build_config("dilution", overrides=dict(TINY, decoder="peel", precision="float16", max_lag=10))
+    rows = REGISTRY["dilution"].run(cfg, NullReporter())["tables"]["dilution_accuracy"]
+    closed = measure_identity(DilutionConfig(decoder="peel", alphas=cfg.alphas, seed=cfg.seed,
+                                             **cfg.stream.model_dump()))
+    assert [(r["feature"], r["lag"]) for r in rows] == list(zip(closed.accuracy["feature"], closed.accuracy["lag"]))
+    np.testing.assert_allclose([r["accuracy"] for r in rows], closed.accuracy["accuracy"], atol=2 / cfg.stream.n_test)
+
+
+class StopOnce(NullReporter):
+    """A reporter whose first ``should_stop`` says yes: a cancel before the peel's first set."""
+
+    def __init__(self, at_call: int):
+        super().__init__()
+        self.calls, self.at_call = 0, at_call
+
+    def should_stop(self) -> bool:
+        self.calls += 1
+        return self.calls == self.at_call
+
+
+def test_a_cancelled_peel_sweep_resumes_to_the_same_result():
+    cfg = build_config("dilution", overrides=dict(TINY, decoder="peel"))
+    exp = REGISTRY["dilution"]
+    whole = exp.run(cfg, NullReporter())
+    rep = StopOnce(at_call=2)  # after the first set
+    with pytest.raises(Cancelled):
+        exp.run(cfg, rep)
+    assert rep.checkpoints_saved == 1
+    assert _exact(exp.run(cfg, rep)) == _exact(whole)
+
+
+def test_linear_sweep_reports_its_limits_and_the_stored_trace_reaches_it():
+    exp = REGISTRY["dilution"]
+    clean = exp.run(build_config("dilution", overrides=dict(TINY, steps=30)), NullReporter())["summary"]
+    assert clean["limit/α=0.5"] == "read-out" and clean["horizon/α=0.5"] == 1
+    assert "final_loss/α=0.5" in clean
+    # the same run on a trace buried in noise: the features it trains on really are the stored ones
+    noisy = exp.run(build_config("dilution", overrides=dict(TINY, steps=30, noise=1.0)), NullReporter())["summary"]
+    assert noisy["acc_lag0/α=0.5"] < 3 / TINY["vocab"] < clean["acc_lag0/α=0.5"]

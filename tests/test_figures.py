@@ -156,12 +156,15 @@ def test_structure_charts_take_the_palette(tmp_path):
     roles = role_accuracy_frame(stats, "test")
     full = _colour_map(role_accuracy_chart(roles))
     assert full == {"SPCN instantaneous": palette.PROBE_COLORS["instantaneous"],
-                    "SPCN traces": palette.PROBE_COLORS["traces"], "BiGRU": palette.PROBE_COLORS["bigru"]}
+                    "SPCN traces": palette.PROBE_COLORS["traces"], "n-gram window": palette.PROBE_COLORS["ngram"],
+                    "BiGRU": palette.PROBE_COLORS["bigru"]}
     assert _colour_map(role_accuracy_chart(roles[roles["model"] == "BiGRU"])) == {"BiGRU": full["BiGRU"]}
     control = probe_control_frame(probe_control(runs, home=home))
     ctrl = _colour_map(probe_control_chart(control[control["condition"] != "untrained SPCN"]))
-    assert ctrl == {"trained SPCN": palette.CONDITION_COLORS["trained"],
-                    "control task": palette.CONDITION_COLORS["control"]}
+    assert ctrl == {"real task": palette.CONDITION_COLORS["trained"],
+                    "control: word": palette.CONDITION_COLORS["control"],
+                    "control: word × previous category": palette.CONDITION_COLORS["control_prev"],
+                    "control: word × position": palette.CONDITION_COLORS["control_pos"]}
 
 
 def test_step_axes_are_whole_numbers_with_separators(lm_store, monkeypatch):

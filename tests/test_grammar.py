@@ -19,6 +19,8 @@ from ema_core.grammar import (
     from_text,
     is_held_out,
     novel_vocabulary,
+    positions,
+    previous_category,
     sample_sentences,
     stream,
     template,
@@ -71,7 +73,7 @@ def test_every_role_used_and_lexical_flags_follow_the_definition():
 
 
 def test_sentences_follow_their_templates():
-    vocab = vocabulary() + novel_vocabulary()
+    vocab = vocabulary() + novel_vocabulary() + novel_vocabulary("tuning")
     for split in SPLITS:
         for s in sample_sentences(SMALL, N, 0, split):
             depth = SMALL.deep_depth if split == "deep" else 1
@@ -116,6 +118,36 @@ def test_novel_words_are_new_ids_of_the_same_categories_and_unseen_in_train():
             used.add(t)
     assert used & novel_ids and not used & novel_ids & seen
     assert max(seen) < 147
+
+
+def test_the_tuning_pool_is_a_second_set_of_new_words_disjoint_from_the_scored_one():
+    novel, tuning = novel_vocabulary(), novel_vocabulary("tuning")
+    assert [w.id for w in tuning] == list(range(147 + len(novel), 147 + 2 * len(novel)))
+    assert [w.category for w in tuning] == [w.category for w in novel]
+    texts = [w.text for w in vocabulary() + novel + tuning]
+    assert len(set(texts)) == len(texts)  # no spelling shared by any two words
+    tuning_ids, novel_ids = {w.id for w in tuning}, {w.id for w in novel}
+    for seed in (0, 1):
+        used = {t for s in sample_sentences(SMALL, N, seed, "novel_dev") for t in s.tokens if t >= 147}
+        assert used and used <= tuning_ids
+        scored = {t for s in sample_sentences(SMALL, N, seed, "novel") for t in s.tokens if t >= 147}
+        assert scored <= novel_ids
+    # Appending the split left the other splits' draws as they were (each split's stream is its index).
+    assert SPLITS[:4] == ("train", "test", "novel", "deep")
+    with pytest.raises(ValueError, match="pool"):
+        novel_vocabulary("test")
+
+
+def test_positions_and_previous_categories_of_a_stream():
+    sents = [from_text("the dog slept .", structure=0), from_text("a cat saw the bird .", structure=1)]
+    tokens, _, start = stream(sents)
+    assert positions(start).tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5]
+    cats = [grammar.CATEGORIES[c] if c < len(grammar.CATEGORIES) else "start"
+            for c in previous_category(tokens, start)]
+    assert cats == ["start", "det", "noun", "verb_i", "start", "det", "noun", "verb_t", "det", "noun"]
+    novel = sample_sentences(SMALL, 5, 0, "novel_dev")
+    t, _, st = stream(novel)
+    assert (previous_category(t, st)[st] == grammar.SENTENCE_START).all()  # every pool's words have a category
 
 
 def test_deep_split_nests_embedded_clauses():

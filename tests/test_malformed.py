@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import math
+import typing
 import os
 from pathlib import Path
 
@@ -127,6 +128,10 @@ def bad_value(name: str) -> st.SearchStrategy[str]:
         return bad_bool(name)
     if ann is float:
         return bad_float(name)
+    if typing.get_origin(ann) is typing.Literal:  # a choice: any other word, or junk
+        allowed = set(typing.get_args(ann))
+        return st.one_of(st.sampled_from(["mlp", "float8", "LINEAR", "", "1", "null"]), junk_text).filter(
+            lambda v: v.strip().strip('"') not in allowed)
     assert ann is int, (name, ann)
     return bad_int(name)
 

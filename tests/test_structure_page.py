@@ -11,9 +11,15 @@ from streamlit.testing.v1 import AppTest
 from apptest import ok, open_page
 
 from ema_core.experiments import build_config
+from ema_core.rundir import RunDir
+from ema_core.structure_findings import VERDICT_WORDS, claim_measures, claim_verdicts, judge, spread
 from store.structure import probe_accuracy
 from store.export import mean_std
 from structure_fixture import make_structure_runs, split_roles
+
+MODELS = {"SPCN instantaneous", "SPCN traces", "n-gram window", "BiGRU"}
+CONDITIONS = {"real task", "untrained SPCN", "control: word", "control: word × previous category",
+              "control: word × position"}
 
 PAGE = "pages/structure.py"
 SEEDS = (0, 1, 2)
@@ -81,7 +87,7 @@ def test_runs_of_several_seeds_draw_bars_with_error_bars(runs):
     (roles_spec, roles), (control_spec, control) = _charts(at)
     assert roles_spec["facet"]["column"]["field"] == "group"
     assert [layer["mark"]["type"] for layer in roles_spec["spec"]["layer"]] == ["bar", "rule"]
-    assert set(roles["model"]) == {"SPCN instantaneous", "SPCN traces", "BiGRU"}
+    assert set(roles["model"]) == MODELS
     assert list(dict.fromkeys(roles["group"])) == ["all tokens", "lexical", "structure-dependent"]
     assert set(roles["role"]) == {"overall", *split_roles()["test"]}
     assert (roles["n"] == 3).all() and roles["std"].notna().all()  # three seeds: a spread everywhere
@@ -89,7 +95,9 @@ def test_runs_of_several_seeds_draw_bars_with_error_bars(runs):
     raw = probe_accuracy(runs, role="agent_det", feature_set="bigru", split="test")["accuracy"]
     row = roles[(roles["role"] == "agent_det") & (roles["model"] == "BiGRU")].iloc[0]
     assert row["mean"] == pytest.approx(raw.mean()) and row["std"] == pytest.approx(raw.std(ddof=1))
-    assert set(control["condition"]) == {"trained SPCN", "untrained SPCN", "control task"}
+    assert set(control["condition"]) == CONDITIONS
+    assert list(dict.fromkeys(control["feature_set"])) == ["instantaneous", "traces", "both", "ngram1", "ngram2",
+                                                            "ngram"]
     assert "Probe controls" in json.dumps(control_spec["title"])
 
 
@@ -104,7 +112,7 @@ def test_the_split_switch_changes_the_chart(runs):
     assert "deep embedding" in json.dumps(spec["title"])
     # The deep split holds the embedded structures only: its gaps are absent, not zero.
     assert set(roles["role"]) == {"overall", *split_roles()["deep"]}
-    assert "prep" not in set(roles["role"]) and len(roles) == 3 * (len(split_roles()["deep"]) + 1)
+    assert "prep" not in set(roles["role"]) and len(roles) == len(MODELS) * (len(split_roles()["deep"]) + 1)
     at.radio(key="structure_split").set_value("novel")
     ok(at.run())
     roles = _charts(at)[0][1]
@@ -115,7 +123,7 @@ def test_the_split_switch_changes_the_chart(runs):
 def test_the_paper_table_holds_the_papers_numbers_beside_ours(runs):
     at = _page()
     table = _table(at, "paper").set_index("measure")
-    assert list(table.columns) == ["paper", "ours", "seeds", "source", "ours measured as"]
+    assert list(table.columns) == ["paper", "ours", "seeds", "verdict", "source", "ours measured as"]
     table["ours"] = table["ours"].str.replace("\u00a0", " ")  # shown with no-break spaces
 
     def ours(feature_set, split="test", role="overall"):
@@ -140,18 +148,60 @@ def test_the_paper_table_holds_the_papers_numbers_beside_ours(runs):
     assert table.loc["Structure-dependent roles: SPCN − BiGRU", "paper"] == "positive"
     assert "[U]" in table.loc["Deep embedding: SPCN overall", "source"]
     assert (table["seeds"] == 3).all()
+    assert table.loc["Within grammar: n-gram window (no EMA)", "ours"] == ours("ngram")
+    # A verdict is the stated rule applied to the per-seed differences; levels are not judged.
+    inst = probe_accuracy(runs, role="overall", feature_set="instantaneous", split="test").set_index("run_id")
+    delta = t - inst["accuracy"]
+    assert table.loc["Within grammar: traces − instantaneous", "ours"] == mean_std(delta.mean(), delta.std(ddof=1))
+    assert table.loc["Within grammar: traces − instantaneous", "verdict"] == VERDICT_WORDS[judge(spread(delta))]
+    assert table.loc["Within grammar: traces − instantaneous", "verdict"] == "reproduced"
+    assert table.loc["Novel vocabulary, agent determiners: SPCN − BiGRU", "verdict"] == "reproduced"
+    assert table.loc["Within grammar: probe on traces", "verdict"] == ""  # a level, not a claim
+
+
+def test_the_page_states_what_the_numbers_show(runs):
+    at = _page()
+    assert any(s.value == "What these runs show" for s in at.subheader)
+    text = "\n".join(m.value for m in at.markdown)
+    assert "**The rule.**" in text and "2 × the sample standard deviation" in text
+
+    def overall(feature_set, split="test"):
+        return probe_accuracy(runs, role="overall", feature_set=feature_set, split=split).set_index("run_id")["accuracy"]
+
+    # The sentences carry the measured values: traces against the n-gram window on each split ...
+    for split, words in (("test", "Within the grammar"), ("novel", "On novel words"), ("deep", "On deep embedding")):
+        tr, ng = overall("traces", split), overall("ngram", split)
+        d = tr - ng
+        sentence = next(line for line in text.splitlines() if line.startswith(f"- {words}, the trace probe"))
+        assert f"{tr.mean():.3f} vs {ng.mean():.3f}" in sentence and f"{d.mean():+.3f} ± {d.std(ddof=1):.3f}" in sentence
+        assert ("above" if d.mean() > 0 else "below") in sentence or "level with" in sentence
+    # ... the learning gain, and the selectivity under each control.
+    gain = overall("traces") - overall("untrained/traces")
+    assert f"{gain.mean():+.3f} ± {gain.std(ddof=1):.3f}" in text
+    for control, keyed in (("control", "word-keyed"), ("control_prev", "previous word's category"),
+                           ("control_pos", "position in the sentence")):
+        sel = overall("traces") - overall(f"{control}/traces")
+        line = next(line for line in text.splitlines() if line.startswith("- Control") and keyed in line)
+        assert f"{sel.mean():+.3f} ± {sel.std(ddof=1):.3f}" in line
+    # Each claim's verdict, in a box of its colour.
+    boxes = [b.value for b in [*at.success, *at.error, *at.warning] if "Δ =" in b.value]
+    assert len(boxes) == 5 and all("reproduced" in b or "inconclusive" in b for b in boxes)
 
 
 def test_the_probe_control_table_shows_selectivity(runs):
     at = _page()
-    table = _table(at, "selectivity (trained − control)")
-    assert list(table["SPCN features"]) == ["instantaneous", "traces", "both"]
+    table = _table(at, "selectivity (word)")
+    assert list(table["features"]) == ["instantaneous", "traces", "both", "ngram1", "ngram2", "ngram"]
     def overall(feature_set):
         return probe_accuracy(runs, role="overall", feature_set=feature_set, split="test").set_index("run_id")["accuracy"]
 
-    sel = overall("traces") - overall("control/traces")
-    row = table[table["SPCN features"] == "traces"].iloc[0]
-    assert row["selectivity (trained − control)"].replace("\u00a0", " ") == mean_std(sel.mean(), sel.std(ddof=1))
+    for fs in ("traces", "ngram"):
+        row = table[table["features"] == fs].iloc[0]
+        for control, column in (("control", "selectivity (word)"), ("control_prev", "selectivity (word × prev. category)"),
+                                ("control_pos", "selectivity (word × position)")):
+            sel = overall(fs) - overall(f"{control}/{fs}")
+            assert row[column].replace("\u00a0", " ") == mean_std(sel.mean(), sel.std(ddof=1))
+    assert table.loc[table["features"] == "ngram", "untrained SPCN"].iloc[0] == ""  # the window has no untrained form
 
 
 def test_every_chart_and_table_has_its_downloads(runs):
@@ -169,6 +219,9 @@ def test_one_seed_draws_no_error_bars(runs):
     assert (roles["n"] == 1).all() and roles["std"].isna().all()
     table = _table(at, "paper")
     assert not table["ours"].str.contains("±").any() and (table["seeds"] == 1).all()
+    # One seed has no spread: every claim is inconclusive, and the sentences say why.
+    assert set(table["verdict"]) == {"", "inconclusive"}
+    assert any("one seed" in m.value for m in at.markdown)
     at.multiselect(key="structure_runs").set_value([])
     ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)
@@ -208,11 +261,24 @@ def test_the_page_draws_runs_of_the_real_experiment(tmp_path, monkeypatch):
     at = _page()
     assert at.multiselect(key="structure_runs").value == run_ids
     (_, roles), (_, control) = _charts(at)
-    assert {"SPCN instantaneous", "SPCN traces", "BiGRU"} <= set(roles["model"]) and (roles["n"] == 2).all()
-    assert set(control["condition"]) == {"trained SPCN", "untrained SPCN", "control task"}
+    assert set(roles["model"]) == MODELS and (roles["n"] == 2).all()
+    assert set(control["condition"]) == CONDITIONS
     table = _table(at, "paper").set_index("measure")
     assert table.loc["Within grammar: probe on traces", "seeds"] == 2
     assert table.loc["Novel vocabulary, agent determiners: BiGRU", "seeds"] == 2
+    # The page's verdicts (the store's per-run SQL) equal bench/structure.py's (the runs' summaries).
+    summaries = [RunDir.for_id(r, home).read_result()["summary"] for r in run_ids]
+    assert all(s["tuned_on"] == "dev" for s in summaries)
+    measures = [claim_measures(s) for s in summaries]
+    from_summaries = claim_verdicts({m: spread(v[m] for v in measures) for m in measures[0]})
+    claims = {c.claim.what: c for c in from_summaries}
+    rows = table.reset_index()
+    for what, measure in (("Within grammar: traces − instantaneous", "spcn_minus_instantaneous"),
+                          ("Structure-dependent roles: SPCN − BiGRU", "structural_gap"),
+                          ("Novel vocabulary, agent determiners: SPCN − BiGRU", "novel_agent_det_gap")):
+        c = next(c for c in from_summaries if c.claim.measure == measure)
+        assert rows.set_index("measure").loc[what, "verdict"] == c.word, what
+    assert len(claims) == 5
     at.radio(key="structure_split").set_value("deep")
     ok(at.run())
     assert "pobj_det" not in set(_charts(at)[0][1]["role"])

@@ -12,6 +12,12 @@ Per feature set (each rate alone, then all rates together)::
     loss = Σ_lag CE(logits[:, lag], token at t − lag)
 
 Accuracy per lag is scored on the held-out later stretch of the stream; chance is 1/V.
+
+``decoder="peel"`` measures instead the decoder that knows the embedding table and the rates
+(:func:`ema_core.dilution.peel_accuracy`): no training, so no Adam steps and no checkpoints but one
+at a set boundary when a cancel arrives; the ``train`` settings are then unused.  Either way the
+summary says, per feature set, its measured and analytic horizons and which limit applies
+(:func:`ema_core.dilution.limit_frame`), from the stored trace's ``stream.precision`` and ``stream.noise``.
 """
 from __future__ import annotations
 
@@ -22,9 +28,9 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.config import PAPER_ALPHAS, StreamConfig, check_rates, seed_field
+from ema_core.config import PAPER_ALPHAS, Decoder, StreamConfig, check_decoder_window, check_rates, seed_field
 from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
 
 KIND = "dilution"
@@ -49,6 +55,8 @@ class DilutionSweepConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    decoder: Decoder = Field("linear", description="linear: a softmax read-out trained by Adam; "
+                                                   "peel: knows the embeddings and rates, no training")
     alphas: tuple[float, ...] = Field(GRID_ALPHAS, min_length=1, max_length=16, description="the grid of rates, each in (0, 1]")
     include_all: bool = Field(True, description="also train one decoder on all rates together")
     # The stream keeps the closed-form measurement's settings and bounds: the same class.
@@ -60,6 +68,11 @@ class DilutionSweepConfig(BaseModel):
     @classmethod
     def _rates(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         return check_rates(v, distinct=True)
+
+    @model_validator(mode="after")
+    def _peel_reads_one_state(self) -> "DilutionSweepConfig":
+        check_decoder_window(self.decoder, self.stream.window, "stream.window")
+        return self
 
 
 PRESETS: dict[str, dict] = {
@@ -112,6 +125,8 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     # CLI command and every worker, of any kind) imports this module: only a dilution run pays for them.
     from ema_core.dilution import feature_sets, random_stream, window_features
 
+    if cfg.decoder == "peel":
+        return _run_peel(cfg, reporter, t_start)
     sets = feature_sets(cfg.alphas, cfg.stream.window, cfg.stream.dim, include_all=cfg.include_all)
     total = len(sets) * cfg.train.steps
     # first: a bad checkpoint fails before any work
@@ -133,6 +148,31 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
         _record(cfg, reporter, si, name, acc, loss_value, rows, summary)
         if si + 1 < len(sets):  # a finished decoder is never trained again
             checkpoint(si + 1, 0)
+    return _result(cfg, reporter, sets, rows, summary, elapsed_before + time.perf_counter() - t_start)
+
+
+def _run_peel(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
+    """The peel decoder on every feature set: measured directly on the held-out stretch, no training."""
+    from ema_core.dilution import peel_set_accuracy, random_stream, rate_sets  # see _run
+
+    sets = rate_sets(cfg.alphas, include_all=cfg.include_all)
+    # A checkpoint exists only where a cancel came between two sets: the sets done, kept.
+    _, start_set, _, rows, summary, elapsed_before = _restore(cfg, reporter)
+    reporter.progress(start_set / len(sets), "building the token stream and its traces")
+    # The stream of the linear decoder's runs, by the same path (see _build_data), scored on the same steps.
+    stream = random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
+    test = np.arange(stream.first + cfg.stream.n_train, len(stream.tokens))
+    checkpoint = functools.partial(_checkpoint, cfg, reporter, t_start, elapsed_before, rows, summary)
+    a = np.asarray(cfg.alphas, dtype=np.float64)
+    for si, (name, ks) in enumerate(sets):
+        if si < start_set:
+            continue
+        if reporter.should_stop():
+            checkpoint(si, 0)
+            raise Cancelled(si * cfg.train.steps)
+        reporter.progress(si / len(sets), f"{name}: peeling")
+        acc = torch.from_numpy(peel_set_accuracy(stream, test, cfg.stream, a, ks))
+        _record(cfg, reporter, si, name, acc, None, rows, summary)
     return _result(cfg, reporter, sets, rows, summary, elapsed_before + time.perf_counter() - t_start)
 
 
@@ -161,7 +201,8 @@ def _build_data(cfg: DilutionSweepConfig, random_stream, window_features):
     # numba path splits a long stream by its thread count (which changes the traces' last bits, and a
     # resumed run must see the very same features), and its OpenMP pool spin-waits on cores that
     # other workers need (measured: two concurrent workers took 10x longer than one).
-    tokens, traces, first = random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
+    stream = random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
+    tokens, traces, first = stream.tokens, stream.traces, stream.first
     steps_all = np.arange(first, len(tokens))
     train, test = steps_all[: cfg.stream.n_train], steps_all[cfg.stream.n_train :]
     Ftr = window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
@@ -252,19 +293,32 @@ def _score_decoder(cfg: DilutionSweepConfig, model, X: np.ndarray, Yte: torch.Te
         return (pred == Yte).double().mean(0)
 
 
-def _record(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, acc: torch.Tensor, loss_value: float,
-            rows: list[dict], summary: dict) -> None:
-    """Add feature set ``si``'s rows and summary entries, and log its accuracies."""
+def _record(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, acc: torch.Tensor,
+            loss_value: float | None, rows: list[dict], summary: dict) -> None:
+    """Add feature set ``si``'s rows and summary entries, and log its accuracies (no loss: the peel)."""
     L, chance = cfg.stream.max_lag, 1.0 / cfg.stream.vocab
     rows.extend({"feature": name, "lag": lag, "accuracy": float(acc[lag]), "chance": chance} for lag in range(L + 1))
     summary[f"acc_lag0/{name}"] = float(acc[0])
     summary[f"acc_lag{L}/{name}"] = float(acc[L])
-    summary[f"final_loss/{name}"] = loss_value
+    if loss_value is not None:
+        summary[f"final_loss/{name}"] = loss_value
     reporter.log((si + 1) * cfg.train.steps, {f"acc_lag0/{name}": float(acc[0]), f"acc_lag{L}/{name}": float(acc[L])})
 
 
 def _result(cfg: DilutionSweepConfig, reporter: Reporter, sets, rows: list[dict], summary: dict, seconds: float) -> dict:
-    """The run's result: the summary completed, the accuracy table."""
+    """The run's result: the summary completed (with each feature set's horizons and limit), the accuracy table."""
+    # pandas and ema_core.dilution here, for the reason in _run: only a dilution run pays for them.
+    import pandas as pd
+
+    from ema_core.dilution import ALL_RATES, limit_frame
+
+    limits = limit_frame(cfg.stream, cfg.alphas, cfg.decoder, pd.DataFrame(rows))
+    for r in limits.itertuples():
+        summary[f"horizon/{r.feature}"] = int(r.measured_horizon)
+        summary[f"analytic_horizon/{r.feature}"] = float(r.analytic_horizon)
+        summary[f"limit/{r.feature}"] = r.limit
+        if r.feature != ALL_RATES:
+            summary[f"sigma/{r.feature}"] = float(r.sigma)
     summary["chance"] = 1.0 / cfg.stream.vocab
     summary["feature_sets"] = ", ".join(name for name, _ in sets)
     summary["seconds"] = seconds

@@ -121,15 +121,45 @@ def sir_chart(analytic_df: pd.DataFrame) -> alt.Chart:
     )
 
 
-def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
-    """Measured accuracy of naming the token at lag k, one line per feature set, and chance."""
+DECODER_SUBTITLES = {"linear": "linear decoder, scored on held-out steps",
+                     "peel": "peel decoder (knows the table, no training), scored on held-out steps"}
+HORIZON_KINDS = ("analytic k*", "measured")  # dashed, solid
+HORIZON_DASHES = ([5, 3], [1, 0])
+
+
+def horizon_frame(limits: pd.DataFrame, max_lag: int) -> pd.DataFrame:
+    """The horizons to draw: for each feature set whose analytic k* lies on the lag axis, k* and the
+    measured horizon beside it (the latter where it too is on the axis).  Long format: feature, lag,
+    kind, text.  A k* past the axis is not drawn (the page's text gives it): nothing of it would show.
+    A pair of horizons another set already has is drawn once, in the first set's colour."""
+    rows, drawn = [], set()
+    for r in limits.itertuples():
+        # All rates often reads its fastest trace's horizons exactly: drawn once, in the rate's colour.
+        if not 0.0 <= r.analytic_horizon <= max_lag or (r.analytic_horizon, r.measured_horizon) in drawn:
+            continue
+        drawn.add((r.analytic_horizon, r.measured_horizon))
+        text = f"k* ≈ {r.analytic_horizon:.1f}; measured {r.measured_horizon}"
+        rows.append((r.feature, float(r.analytic_horizon), HORIZON_KINDS[0], text))
+        if r.measured_horizon <= max_lag:
+            rows.append((r.feature, float(r.measured_horizon), HORIZON_KINDS[1], text))
+    return pd.DataFrame(rows, columns=["feature", "lag", "kind", "text"])
+
+
+def identity_chart(acc_df: pd.DataFrame, chance: float, decoder: str | None = None,
+                   horizons: pd.DataFrame | None = None) -> alt.LayerChart:
+    """Measured accuracy of naming the token at lag k, one line per feature set, and chance.
+
+    ``horizons`` (:func:`horizon_frame`) adds, in each feature set's colour, a dashed rule at its
+    analytic horizon k* and a solid one at its measured horizon (the first lag below ½ accuracy).
+    """
+    color = _rate_color("feature", acc_df["feature"], "decoder reads")
     lines = (
         alt.Chart(acc_df[["feature", "lag", "accuracy"]])
         .mark_line(point=True)
         .encode(
             x=alt.X("lag:Q", title="lag k (steps)", axis=LAG_AXIS),
             y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (held out)"),
-            color=_rate_color("feature", acc_df["feature"], "decoder reads"),
+            color=color,
             tooltip=[
                 alt.Tooltip("feature:N", title="decoder reads"),
                 alt.Tooltip("lag:Q"),
@@ -138,10 +168,27 @@ def identity_chart(acc_df: pd.DataFrame, chance: float) -> alt.LayerChart:
         )
     )
     rule = reference_rule("chance", chance, f"chance 1/V = {chance:.4g}", palette.REFERENCE_COLOR)
-    return alt.layer(lines, rule).properties(
+    layers = [lines, rule]
+    if horizons is not None and len(horizons):
+        layers.append(
+            alt.Chart(horizons)
+            .mark_rule(strokeWidth=1.5)
+            .encode(
+                x="lag:Q",
+                color=color,  # the very scale of the lines: one legend, one colour per set
+                strokeDash=alt.StrokeDash("kind:N", title="horizon",
+                                          scale=alt.Scale(domain=list(HORIZON_KINDS), range=list(HORIZON_DASHES))),
+                tooltip=[alt.Tooltip("feature:N", title="decoder reads"), alt.Tooltip("kind:N", title="horizon"),
+                         alt.Tooltip("text:N", title="horizons")],
+            )
+        )
+    chart = alt.layer(*layers)
+    if len(layers) > 2:  # the chance line's dash and the horizons' dashes are two legends
+        chart = chart.resolve_scale(strokeDash="independent")
+    return chart.properties(
         width=WIDTH,
         height=HEIGHT,
-        title=chart_title("Measured identity at lag k", "linear decoder, scored on held-out steps"),
+        title=chart_title("Measured identity at lag k", DECODER_SUBTITLES.get(decoder, "scored on held-out steps")),
     )
 
 

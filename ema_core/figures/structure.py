@@ -1,5 +1,5 @@
-"""The structure study's charts (PAPER.md §2): per-role probe accuracy of SPCN and the BiGRU, and the
-probe controls, from the frames of the store's probe queries."""
+"""The structure study's charts (PAPER.md §2): per-role probe accuracy of SPCN, the n-gram window and
+the BiGRU, and the probe controls, from the frames of the store's probe queries."""
 from __future__ import annotations
 
 import altair as alt
@@ -9,11 +9,17 @@ from ema_core import palette
 from ema_core.figures import ACCURACY_AXIS, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors
 from ema_core.grammar import ROLES
 
-# What the role chart compares: feature set in the store -> label, in legend order.
-ROLE_MODELS = {"instantaneous": "SPCN instantaneous", "traces": "SPCN traces", "bigru": "BiGRU"}
+# What the role chart compares: feature set in the store -> label, in legend order.  The n-gram
+# window (the last 3 word identities and the position, no EMA) is the baseline the traces must beat.
+ROLE_MODELS = {"instantaneous": "SPCN instantaneous", "traces": "SPCN traces", "ngram": "n-gram window",
+               "bigru": "BiGRU"}
 ROLE_GROUPS = ("all tokens", "lexical", "structure-dependent", "other")
-# The probe-control chart: measure of the store's probe_control -> label, in legend order.
-CONTROL_CONDITIONS = {"trained": "trained SPCN", "untrained": "untrained SPCN", "control": "control task"}
+# The probe-control chart: measure of the store's probe_control -> label, in legend order.  "real
+# task" is the probe on the features themselves (the trained SPCN's, or the n-gram window's).
+CONTROL_CONDITIONS = {"trained": "real task", "untrained": "untrained SPCN", "control": "control: word",
+                      "control_prev": "control: word × previous category", "control_pos": "control: word × position"}
+# The feature sets of the probe-control chart, in its order: SPCN's, then the n-gram windows.
+CONTROL_SETS = ("instantaneous", "traces", "both", "ngram1", "ngram2", "ngram")
 # A title over the role facets wraps at this width: the legend on top is about as wide, and a split
 # with few roles makes facets narrower than any title.
 ROLE_TITLE_WIDTH = 360
@@ -77,8 +83,8 @@ def _bars_with_errors(df: pd.DataFrame, x: str, x_title: str | None, offset: str
 
 
 def role_accuracy_chart(frame: pd.DataFrame, split_label: str = "") -> alt.FacetChart:
-    """Per-role probe accuracy: SPCN instantaneous, SPCN traces and BiGRU side by side, mean ± std
-    across seeds, roles faceted into all tokens / lexical / structure-dependent."""
+    """Per-role probe accuracy: SPCN instantaneous, SPCN traces, the n-gram window and the BiGRU side by
+    side, mean ± std across seeds, roles faceted into all tokens / lexical / structure-dependent."""
     models = [m for m in ROLE_MODELS.values() if m in set(frame["model"])] or list(ROLE_MODELS.values())
     colors = label_colors(ROLE_MODELS, palette.PROBE_COLORS)
     groups = [g for g in ROLE_GROUPS if g in set(frame["group"])]
@@ -95,7 +101,7 @@ def role_accuracy_chart(frame: pd.DataFrame, split_label: str = "") -> alt.Facet
         .facet(column=alt.Column("group:N", sort=groups, title=None,
                                  header=alt.Header(labelFontSize=13, labelFontWeight="bold")))
         .resolve_scale(x="independent")
-        .properties(title=chart_title("Grammatical roles read from SPCN and the BiGRU", subtitle,
+        .properties(title=chart_title("Grammatical roles read from SPCN, an n-gram window and the BiGRU", subtitle,
                                       max(ROLE_TITLE_WIDTH, facets_width)))
     )
 
@@ -113,20 +119,21 @@ def probe_control_frame(control: pd.DataFrame) -> pd.DataFrame:
         "mean": df["value_mean"].astype(float).to_numpy(),
         "std": df["value_std"].astype(float).to_numpy(),
     })
-    sets = [f for f in ROLE_MODELS if f in set(out["feature_set"])] + sorted(set(out["feature_set"]) - set(ROLE_MODELS))
+    sets = [f for f in CONTROL_SETS if f in set(out["feature_set"])] + sorted(set(out["feature_set"]) - set(CONTROL_SETS))
     out["_f"] = out["feature_set"].map(sets.index)
     out["_c"] = out["condition"].map(list(CONTROL_CONDITIONS.values()).index)
     return out.sort_values(["_f", "_c"]).drop(columns=["_f", "_c"]).reset_index(drop=True)
 
 
 def probe_control_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Overall probe accuracy per SPCN feature set: trained vs untrained SPCN vs the control task."""
+    """Overall probe accuracy per feature set: the real task, the untrained SPCN and the three control tasks."""
     conditions = [c for c in CONTROL_CONDITIONS.values() if c in set(frame["condition"])] \
         or list(CONTROL_CONDITIONS.values())
     colors = label_colors(CONTROL_CONDITIONS, palette.CONDITION_COLORS)
     sets = list(dict.fromkeys(frame["feature_set"]))
-    return _bars_with_errors(frame, "feature_set", "SPCN features", "condition", conditions, colors,
-                             "probe on", sets).properties(
+    return _bars_with_errors(frame, "feature_set", "features probed", "condition", conditions, colors,
+                             "probe on", sets, legend=alt.Legend(orient="top", direction="horizontal",
+                                                                  columns=3)).properties(
         width=WIDTH, height=HEIGHT,
-        title=chart_title("Probe controls", "overall accuracy, test split; selectivity = trained − control task"),
+        title=chart_title("Probe controls", "overall accuracy, test split; selectivity = real task − a control task"),
     )

@@ -1,0 +1,268 @@
+"""The structure study's verdicts: the paper's claims judged, and what the numbers show stated, by one rule.
+
+Pure arithmetic on per-seed values (no torch, no pandas, no store): the store calls it on the runs
+a page shows, ``bench/structure.py`` on the summaries it collects, and both get the same verdicts
+and sentences.  The study's names (which feature set is "SPCN", the n-gram window, the controls,
+the splits) are declared here, where both the experiment and the store read them without loading
+torch.
+
+Every comparison is a difference formed within a run (one seed: the same sentences, the same
+SPCN), then averaged across seeds; its spread is the sample std of that difference across seeds
+(``Spread``).  ``VERDICT_RULE`` says, in the words the page shows, what the spread decides.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+SPLITS_SCORED = ("test", "novel", "deep")
+# The splits settings are chosen on: dev (cut from the training sentences) and novel_dev (the
+# tuning pool's new words).  Their rows are recorded too, as the numbers the choices were made on.
+SPLITS_TUNING = ("dev", "novel_dev")
+# The SPCN feature set that stands for "SPCN" where the paper compares one number with the BiGRU:
+# the traces, the paper's headline representation (0.960 within the grammar).
+SPCN_HEADLINE = "traces"
+# The n-gram window baseline: one-hot identities of the last w words plus the position in the
+# sentence, no EMA and no SPCN.  "ngram" (w = 3) is the baseline the summary and the page compare
+# with; ngram1 and ngram2 show how much each further word of context adds.
+NGRAM_SETS: dict[str, int] = {"ngram1": 1, "ngram2": 2, "ngram": 3}
+NGRAM_BASELINE = "ngram"
+# The control tasks (Hewitt & Liang 2019): random labels drawn from the role distribution, keyed
+# on the word type alone, on word × the previous word's category, on word × position.  Each is its
+# own random stream (control_labels' ``stream``); the word-keyed one keeps the stream it always had.
+CONTROLS: dict[str, int] = {"control": 0xC7A1, "control_prev": 0xC7A2, "control_pos": 0xC7A3}
+
+
+# -- the rule ------------------------------------------------------------------------------------------
+
+VERDICT_K = 2.0        # "beyond the seeds' spread": |mean Δ| ≥ VERDICT_K × the std of Δ across seeds
+VERDICT_MIN_SEEDS = 2  # a spread needs two seeds
+VERDICT_RULE = (
+    "**The rule.** Every comparison is a difference Δ formed within each run (the same seed, the same "
+    "sentences), then averaged over the seeds. Δ is *beyond the seeds' spread* when |mean Δ| ≥ "
+    f"{VERDICT_K:g} × the sample standard deviation of Δ across the seeds; it needs at least "
+    f"{VERDICT_MIN_SEEDS} seeds. A claim that one number is above another (or above the paper's level) is "
+    "**reproduced** when Δ > 0 beyond the spread; **not reproduced** when Δ ≤ 0 beyond the spread (which "
+    "includes Δ = 0 on every seed: the claimed advantage is absent); **inconclusive** when Δ is within the "
+    "spread, or with one seed."
+)
+VERDICT_WORDS = {"reproduced": "reproduced", "not_reproduced": "not reproduced", "inconclusive": "inconclusive"}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A per-seed quantity across seeds: its mean, sample std (NaN with one seed) and seeds."""
+
+    mean: float
+    std: float
+    n: int
+
+    @property
+    def beyond(self) -> bool | None:
+        """|mean| ≥ VERDICT_K × std (None: too few seeds to have a spread)."""
+        if self.n < VERDICT_MIN_SEEDS or not math.isfinite(self.std) or not math.isfinite(self.mean):
+            return None
+        return abs(self.mean) >= VERDICT_K * self.std
+
+    def shifted(self, level: float) -> "Spread":
+        """The spread of (value − level): the same std and seeds."""
+        return Spread(self.mean - level, self.std, self.n)
+
+
+def spread(values: Iterable[float | None]) -> Spread:
+    """Mean, sample std and count of the finite values (the missing and non-finite are left out)."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return Spread(math.nan, math.nan, 0)
+    return Spread(float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan, len(vals))
+
+
+def judge(delta: Spread) -> str:
+    """The verdict of the claim "Δ > 0" by VERDICT_RULE: a key of VERDICT_WORDS."""
+    beyond = delta.beyond
+    if beyond is None or not beyond:
+        return "inconclusive"
+    return "reproduced" if delta.mean > 0 else "not_reproduced"
+
+
+@dataclass(frozen=True)
+class Claim:
+    measure: str      # the per-seed measure (``claim_measures``; the store's structure_headlines)
+    what: str         # the claim in words
+    paper: str        # the paper's numbers
+    source: str
+    level: float = 0.0  # the claim is "measure > level"
+
+
+# The paper's claims that its own numbers make directional (PAPER.md §2): each is "measure > level".
+CLAIMS: tuple[Claim, ...] = (
+    Claim("spcn_minus_instantaneous", "Traces carry more of the roles than instantaneous activations "
+          "(within grammar: traces − instantaneous > 0)", "0.960 vs 0.795", "[S]"),
+    Claim("spcn_over_bigru", "Label-free SPCN reaches 96 % of the supervised BiGRU within the grammar "
+          "(SPCN / BiGRU − 0.96 > 0)", "≈ 0.96", "[A] [S]", level=0.96),
+    Claim("structural_gap", "SPCN beats the BiGRU on structure-dependent roles within the grammar "
+          "(SPCN − BiGRU > 0)", "positive", "[S]"),
+    Claim("novel_structural_gap", "SPCN beats the BiGRU on structure-dependent roles of novel words "
+          "(SPCN − BiGRU > 0)", "positive", "[S]"),
+    Claim("novel_agent_det_gap", "SPCN keeps agent determiners among novel words better than the BiGRU "
+          "(SPCN − BiGRU > 0)", "1.000 vs 0.759", "[S]"),
+)
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    claim: Claim
+    delta: Spread   # of measure − level
+    verdict: str    # a key of VERDICT_WORDS
+
+    @property
+    def word(self) -> str:
+        return VERDICT_WORDS[self.verdict]
+
+    @property
+    def sentence(self) -> str:
+        d = self.delta
+        if d.n == 0:
+            return f"{self.claim.what}: not measured by these runs — {self.word}."
+        if d.n < VERDICT_MIN_SEEDS:
+            return f"{self.claim.what}: Δ = {d.mean:+.4f} (one seed: no spread) — {self.word}."
+        return (f"{self.claim.what}: Δ = {d.mean:+.4f}, std {d.std:.4f} across {d.n} seeds (threshold "
+                f"{VERDICT_K:g} × std = {VERDICT_K * d.std:.4f}) — {self.word}.")
+
+
+def claim_measures(summary: Mapping) -> dict[str, float | None]:
+    """One run's value of each claim's measure, from its summary (what bench/structure.py judges;
+    the store computes the same from the rows, in SQL)."""
+    def get(*path):
+        v = summary
+        for k in path:
+            v = v.get(k) if isinstance(v, Mapping) else None
+        return v
+
+    def diff(a, b):
+        return a - b if a is not None and b is not None else None
+
+    return {
+        "spcn_minus_instantaneous": diff(get("within", SPCN_HEADLINE), get("within", "instantaneous")),
+        "spcn_over_bigru": get("spcn_over_bigru"),
+        "structural_gap": diff(get("structural_roles_within", "spcn"), get("structural_roles_within", "bigru")),
+        "novel_structural_gap": diff(get("structural_roles", "spcn"), get("structural_roles", "bigru")),
+        "novel_agent_det_gap": diff(get("agent_det_transfer", "spcn"), get("agent_det_transfer", "bigru")),
+    }
+
+
+def claim_verdicts(measures: Mapping[str, Spread]) -> list[ClaimVerdict]:
+    """Each of CLAIMS judged by VERDICT_RULE from its measure's spread across seeds."""
+    out = []
+    for c in CLAIMS:
+        s = measures.get(c.measure, Spread(math.nan, math.nan, 0)).shifted(c.level)
+        out.append(ClaimVerdict(c, s, judge(s) if s.n else "inconclusive"))
+    return out
+
+
+# -- what the numbers show: per-seed differences of overall accuracies -------------------------------
+
+# (a, b, split): Δ = overall accuracy of feature set a − of b on split, formed per run.
+FINDING_PAIRS: tuple[tuple[str, str, str], ...] = (
+    *((SPCN_HEADLINE, f"untrained/{SPCN_HEADLINE}", s) for s in SPLITS_SCORED),
+    *((SPCN_HEADLINE, NGRAM_BASELINE, s) for s in SPLITS_SCORED),
+    ("bigru", NGRAM_BASELINE, "novel"),
+    *((fs, f"{c}/{fs}", "test") for fs in (SPCN_HEADLINE, NGRAM_BASELINE) for c in CONTROLS),
+)
+SPLIT_WORDS = {"test": "within the grammar", "novel": "on novel words", "deep": "on deep embedding"}
+CONTROL_WORDS = {  # control -> (what its labels are keyed on, what it rules out: "This control …")
+    "control": ("word-keyed (each word type → a random role)",
+                "rules out nothing where the features hold word identity: a probe that tells word types apart "
+                "learns any labelling of them by heart"),
+    "control_prev": ("keyed on word × the previous word's category",
+                     "rules out that the roles are read only because the features tell every (word, previous "
+                     "category) pair apart: such features would read any labelling of those pairs, this random "
+                     "one included"),
+    "control_pos": ("keyed on word × position in the sentence",
+                    "rules out that the roles are read only because the features tell every (word, position) pair "
+                    "apart: traces reset at each sentence start carry the position"),
+}
+
+
+@dataclass(frozen=True)
+class PairStat:
+    a: Spread       # the first feature set's overall accuracy across the seeds that have both
+    b: Spread
+    delta: Spread   # a − b, per run
+
+
+def pair_stats(runs: Iterable[Iterable[Mapping]], pairs=FINDING_PAIRS) -> dict[tuple[str, str, str], PairStat]:
+    """Per-seed differences of overall accuracies: ``runs`` is each run's probe_accuracy rows."""
+    per_pair: dict[tuple[str, str, str], list[tuple[float, float]]] = {p: [] for p in pairs}
+    for rows in runs:
+        acc = {(r["feature_set"], r["split"]): float(r["accuracy"]) for r in rows
+               if r["role"] == "overall" and r["accuracy"] is not None and math.isfinite(float(r["accuracy"]))}
+        for a, b, split in pairs:
+            if (a, split) in acc and (b, split) in acc:
+                per_pair[(a, b, split)].append((acc[(a, split)], acc[(b, split)]))
+    return {p: PairStat(spread(v[0] for v in vals), spread(v[1] for v in vals), spread(x - y for x, y in vals))
+            for p, vals in per_pair.items() if vals}
+
+
+@dataclass(frozen=True)
+class Finding:
+    topic: str
+    sentence: str
+    delta: Spread
+
+
+def _d(s: Spread) -> str:
+    """Δ with its spread and what the rule makes of it, for a sentence."""
+    if s.n < VERDICT_MIN_SEEDS:
+        return f"Δ = {s.mean:+.3f} (one seed: no spread, so no verdict)"
+    where = "beyond" if s.beyond else "within"
+    return f"Δ = {s.mean:+.3f} ± {s.std:.3f} over {s.n} seeds, {where} the seeds' spread"
+
+
+def _compared(d: Spread, more: str, less: str, same: str, unknown: str) -> str:
+    """The word for Δ's direction by VERDICT_RULE: beyond the spread and positive/negative, within, or no spread."""
+    beyond = d.beyond
+    if beyond is None:
+        return unknown
+    return (more if d.mean > 0 else less) if beyond else same
+
+
+def findings(stats: Mapping[tuple[str, str, str], PairStat]) -> list[Finding]:
+    """What the numbers show, as sentences computed from ``pair_stats``: how much learning adds over
+    the untrained code, how far the traces are above the n-gram window, the selectivity under each
+    control.  A comparison these runs lack is left out."""
+    out: list[Finding] = []
+    h, ng = SPCN_HEADLINE, NGRAM_BASELINE
+    for split in SPLITS_SCORED:
+        p = stats.get((h, f"untrained/{h}", split))
+        if p:
+            effect = _compared(p.delta, f"adds {abs(p.delta.mean):.3f} to", f"takes {abs(p.delta.mean):.3f} from",
+                               "changes nothing beyond the seeds' spread in", "changes")
+            out.append(Finding("learning", (
+                f"Hebbian learning {effect} the trace probe's accuracy {SPLIT_WORDS[split]}: trained "
+                f"{p.a.mean:.3f} vs untrained (W = 0) {p.b.mean:.3f} ({_d(p.delta)})."), p.delta))
+    for split in SPLITS_SCORED:
+        p = stats.get((h, ng, split))
+        if p:
+            rel = _compared(p.delta, "above", "below", "level with (within the spread of)", "beside")
+            out.append(Finding("n-gram window", (
+                f"{SPLIT_WORDS[split].capitalize()}, the trace probe is {rel} the n-gram window (the last 3 word "
+                f"identities and the position, no EMA): {p.a.mean:.3f} vs {p.b.mean:.3f} ({_d(p.delta)})."), p.delta))
+    p = stats.get(("bigru", ng, "novel"))
+    if p:
+        rel = _compared(p.delta, "above", "below", "level with (within the spread of)", "beside")
+        out.append(Finding("n-gram window", (
+            f"On novel words the BiGRU is {rel} the n-gram window: {p.a.mean:.3f} vs {p.b.mean:.3f} "
+            f"({_d(p.delta)})."), p.delta))
+    for c, (keyed, rules_out) in CONTROL_WORDS.items():
+        t, n = stats.get((h, f"{c}/{h}", "test")), stats.get((ng, f"{c}/{ng}", "test"))
+        if not t:
+            continue
+        beside = (f"; the n-gram window's selectivity: {n.delta.mean:+.3f} (control {n.b.mean:.3f})" if n else "")
+        out.append(Finding("selectivity", (
+            f"Control {keyed}: the trace probe's selectivity = real − control accuracy = "
+            f"{t.a.mean:.3f} − {t.b.mean:.3f} ({_d(t.delta)}){beside}. This control {rules_out}."), t.delta))
+    return out
