@@ -72,7 +72,7 @@ FIGURES = (
 )
 
 
-def _seeds(text: str) -> list[int]:
+def seed_list(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         a, _, b = part.partition("-")
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     overrides = dict(s.split("=", 1) for s in args.set)
     summaries, tables = [], []
-    for seed in _seeds(args.seeds):
+    for seed in seed_list(args.seeds):
         cfg = build_config("structure", preset=args.preset, overrides=overrides, seed=seed)
         t0 = time.perf_counter()
         result = REGISTRY["structure"].run(cfg, NullReporter())
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     measures = [claim_measures(s) for s in summaries]
     claims = claim_verdicts({m: spread(v[m] for v in measures) for m in measures[0]}) if measures else []
     stated = findings(pair_stats(tables))
-    report = {"preset": args.preset, "seeds": _seeds(args.seeds), "set": overrides, "machine": platform.platform(),
+    report = {"preset": args.preset, "seeds": seed_list(args.seeds), "set": overrides, "machine": platform.platform(),
               "figures": rows, "tuned_on": "dev", "rule": VERDICT_RULE,
               "claims": [{"claim": c.claim.what, "measure": c.claim.measure, "delta_mean": _finite(c.delta.mean),
                           "delta_std": _finite(c.delta.std), "seeds": c.delta.n, "verdict": c.word} for c in claims],

@@ -23,19 +23,12 @@ import time
 
 import numpy as np
 
+from bench.structure import seed_list
 from ema_core.experiments import build_config
 from ema_core.experiments.structure import NGRAM_BASELINE, SPCN_HEADLINE, tune
 
 RULE = ("γ maximising the seeds' mean of ½ (dev accuracy + novel_dev accuracy) of the trace probe; "
         "a tie goes to the smaller γ")
-
-
-def _seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
-    return out
 
 
 def objective(result: dict) -> float:
@@ -67,7 +60,7 @@ def main(argv=None) -> int:
     gains = [float(g) for g in args.grid.split(",")]
     by_gain: dict[float, list[dict]] = {}
     for g in gains:
-        for seed in _seeds(args.seeds):
+        for seed in seed_list(args.seeds):
             cfg = build_config("structure", preset=args.preset, overrides={**overrides, "spcn.context_gain": g},
                                seed=seed)
             t0 = time.perf_counter()
@@ -85,7 +78,7 @@ def main(argv=None) -> int:
             "probe_dev_accuracy": [r["probe_dev_accuracy"] for r in rs],
         })
     chosen = choose(by_gain)
-    report = {"preset": args.preset, "seeds": _seeds(args.seeds), "set": overrides, "grid": gains, "rule": RULE,
+    report = {"preset": args.preset, "seeds": seed_list(args.seeds), "set": overrides, "grid": gains, "rule": RULE,
               "chosen_context_gain": chosen, "tuned_on": "dev", "machine": platform.platform(), "rows": rows}
     if args.json:
         print(json.dumps(report))
