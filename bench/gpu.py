@@ -42,7 +42,7 @@ import torch
 
 from bench.lm import Runner, cuda_step_memory, log
 from bench.machine import machine_info
-from bench.scan import ALPHAS, _peak_gbps, _torch_steps, best_of
+from bench.scan import ALPHAS, peak_gbps, torch_steps, best_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TOKENS = 8e9  # the paper's training budget
@@ -88,11 +88,11 @@ def _sync(device: torch.device) -> None:
 def scan_bandwidth(shape: tuple[int, int, int], device: torch.device, repeats: int) -> dict:
     B, T, D = shape
     K = len(ALPHAS)
-    peak, source = _peak_gbps(torch.cuda.get_device_properties(device)) if device.type == "cuda" else (None, "CPU")
+    peak, source = peak_gbps(torch.cuda.get_device_properties(device)) if device.type == "cuda" else (None, "CPU")
     out = {"shape": [B, T, D, K], "peak_GBps": peak, "peak_source": source}
     for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         x = torch.randn(B, T, D, device=device, dtype=dtype)
-        fwd, fwd_bwd = _torch_steps(x)
+        fwd, fwd_bwd = torch_steps(x)
         for part, fn, elements in (("fwd", fwd, 1 + K), ("fwdbwd", fwd_bwd, 2 * (1 + K))):
             def timed(fn=fn):  # kernels are asynchronous: wait for them inside the timed region
                 fn()

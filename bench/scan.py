@@ -127,7 +127,7 @@ def _loss(y, h):
     return y.sum() + h.sum()
 
 
-def _torch_steps(x):
+def torch_steps(x):
     """(forward, forward + backward) closures of the torch scan on x, for timing."""
     xg = x.clone().requires_grad_(True)
 
@@ -147,7 +147,7 @@ def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
     torch.manual_seed(0)
     x = torch.randn(B, T, D)
     n_out = B * T * K * D
-    fwd, fwd_bwd = _torch_steps(x)
+    fwd, fwd_bwd = torch_steps(x)
 
     log("  torch chunked scan: forward, forward+backward")
     ns = {"torch_fwd": best_of(fwd, fast, warmup=2) / n_out * 1e9,
@@ -172,7 +172,7 @@ def bench_torch_cpu(B: int, T: int, D: int, T_naive: int, fast: int) -> dict:
     return ns
 
 
-def _peak_gbps(props) -> tuple[float | None, str]:
+def peak_gbps(props) -> tuple[float | None, str]:
     # cudaDeviceProp: memoryClockRate in kHz, memoryBusWidth in bits; HBM/GDDR move data on
     # both clock edges, hence the 2.  Newer CUDA versions may report 0: fall back to a table.
     clock = getattr(props, "memory_clock_rate", 0) or 0
@@ -189,7 +189,7 @@ def bench_gpu(fast: int) -> dict:
     """The torch path on CUDA: achieved bandwidth of the forward against the device's peak."""
     B, T, D = 16, 8192, 1024
     props = torch.cuda.get_device_properties(0)
-    peak, source = _peak_gbps(props)
+    peak, source = peak_gbps(props)
     res = {"device": props.name, "shape": [B, T, D, K], "peak_GBps": peak, "peak_source": source}
 
     def timed(fn):
@@ -201,7 +201,7 @@ def bench_gpu(fast: int) -> dict:
 
     for label, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         x = torch.randn(B, T, D, device="cuda", dtype=dtype)
-        fwd, fwd_bwd = _torch_steps(x)
+        fwd, fwd_bwd = torch_steps(x)
 
         log(f"  gpu {label}")
         t_f = timed(fwd)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ema_core.mixers.base import Mixer, check_input, heads_of, merge_heads
-from ema_core.mixers.ema import _attention_reference
+from ema_core.mixers.ema import attention_reference
 
 
 class Softmax(Mixer):
@@ -34,7 +34,7 @@ class Softmax(Mixer):
         check_input(x, self.d)
         W = self.weights(x)
         q, k, v = (x @ W[f"{n}.weight"].T for n in "qkv")
-        return _attention_reference(q, k, v, self.heads) @ W["out.weight"].T, (k, v)
+        return attention_reference(q, k, v, self.heads) @ W["out.weight"].T, (k, v)
 
     def state_floats(self, T: int) -> int:
         return 2 * T * self.d

@@ -91,14 +91,14 @@ class EMA3Seq(Mixer):
         traces, last = _traces_reference(x, self.rates)
         H = traces.flatten(2)
         q, k, v = (H @ W[f"{n}.weight"].T for n in "qkv")
-        y = _attention_reference(q, k, v, self.heads) @ W["out.weight"].T
+        y = attention_reference(q, k, v, self.heads) @ W["out.weight"].T
         return y, (last, k, v)
 
     def state_floats(self, T: int) -> int:
         return len(self.rates) * self.d + 2 * T * self.d  # the current traces, and every key and value
 
 
-def _attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
     """Causal softmax attention, one query at a time over the keys so far: (B, T, D) each."""
     B, T, D = q.shape
     dh = D // heads
