@@ -10,6 +10,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from ema_core.config import nest
 from ema_core.palette import LM_VARIANTS
 from ema_core.tables import number_text
 
@@ -37,14 +38,7 @@ _LM_COMPARABLE = f"json_merge_patch(json_merge_patch(r.config, $drop), {_LM_DOC_
 
 
 def _drop_patch(paths) -> str:
-    patch: dict = {}
-    for path in paths:
-        *groups, leaf = path.split(".")
-        node = patch
-        for g in groups:
-            node = node.setdefault(g, {})
-        node[leaf] = None
-    return json.dumps(patch)
+    return json.dumps(nest(dict.fromkeys(paths)))  # {"train": {"log_every": null}, …}
 
 
 _LM_DROP = _drop_patch((*LM_VARIANT_FIELDS, "data.doc_sep"))
