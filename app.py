@@ -16,6 +16,7 @@ pg = st.navigation(
         st.Page("pages/dilution.py", title="Trace dilution", icon=":material/blur_on:"),
         st.Page("pages/structure.py", title="Structure", icon=":material/account_tree:"),
         st.Page("pages/content.py", title="Content", icon=":material/menu_book:"),
+        st.Page("pages/boundary.py", title="Boundary map", icon=":material/grid_on:"),
         st.Page("pages/jobs.py", title="Jobs", icon=":material/work_history:"),
         st.Page("pages/export.py", title="Export", icon=":material/ios_share:"),
     ]

@@ -113,7 +113,9 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
     return {
         "preset": preset, "steps": steps or base.train.steps, "batch": base.train.batch,
         "seq_len": base.train.seq_len, "size": base.size, "corpus": base.data.corpus,
-        "preset_lr": base.train.lr,
+        # per model: a preset may give each model its own rate (train.lr=auto)
+        "preset_lr": {m: build_config("lm", preset=preset, overrides={**(overrides or {}), "model": m}).train.lr
+                      for m in models},
         "preset_warmup": build_config("lm", preset=preset, overrides=overrides or {}).train.warmup,
         "train_tokens": int(train.size), "dev_tokens": int(dev.size), "held_out_read": False,
         "overrides": overrides or {}, "rows": rows, "choice": choice, "device": str(device),
@@ -131,7 +133,7 @@ def print_report(r: dict) -> None:
               f"{row['dev_bpb']:8.4f} {row['seconds']:7.1f}")
     for model, c in r["choice"].items():
         print(f"choice for {model}: lr {c['lr']:g}, warm-up {c['warmup']} (dev loss {c['dev_loss']:.4f}, "
-              f"{c['seeds']} seed(s)); the preset has lr {r['preset_lr']:g}, warm-up {r['preset_warmup']}")
+              f"{c['seeds']} seed(s)); the preset has lr {r['preset_lr'][model]:g}, warm-up {r['preset_warmup']}")
     m = r["machine"]
     print(f"machine: {m['cpu']}, {m['cores_usable']} usable cores, torch {m['torch']}, "
           f"{m['torch_threads']} threads, load {m['loadavg_start']} before the run; device {r['device']}")

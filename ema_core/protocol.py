@@ -71,6 +71,10 @@ class Experiment:
     # Settings a run's label always names, whatever its preset sets: what tells one run of the kind
     # from another at a glance (a SPEN run from a GPT run when both keep their preset's other values).
     identity: tuple[str, ...] = ()
+    # Whether the Overview's one-click quick reproduction runs this kind's `quick` preset: the paper's
+    # studies do; an extension whose quick map takes half an hour (the boundary map) is launched from
+    # its own page.
+    one_click: bool = True
 
 
 @dataclass

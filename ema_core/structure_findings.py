@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-import numpy as np
+from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, spread
 
 SPLITS_SCORED = ("test", "novel", "deep")
 # The splits settings are chosen on: dev (cut from the training sentences) and novel_dev (the
@@ -38,8 +38,6 @@ CONTROLS: dict[str, int] = {"control": 0xC7A1, "control_prev": 0xC7A2, "control_
 
 # -- the rule ------------------------------------------------------------------------------------------
 
-VERDICT_K = 2.0        # "beyond the seeds' spread": |mean Δ| ≥ VERDICT_K × the std of Δ across seeds
-VERDICT_MIN_SEEDS = 2  # a spread needs two seeds
 VERDICT_RULE = (
     "**The rule.** Every comparison is a difference Δ formed within each run (the same seed, the same "
     "sentences), then averaged over the seeds. Δ is *beyond the seeds' spread* when |mean Δ| ≥ "
@@ -49,43 +47,6 @@ VERDICT_RULE = (
     "includes Δ = 0 on every seed: the claimed advantage is absent); **inconclusive** when Δ is within the "
     "spread, or with one seed."
 )
-VERDICT_WORDS = {"reproduced": "reproduced", "not_reproduced": "not reproduced", "inconclusive": "inconclusive"}
-
-
-@dataclass(frozen=True)
-class Spread:
-    """A per-seed quantity across seeds: its mean, sample std (NaN with one seed) and seeds."""
-
-    mean: float
-    std: float
-    n: int
-
-    @property
-    def beyond(self) -> bool | None:
-        """|mean| ≥ VERDICT_K × std (None: too few seeds to have a spread)."""
-        if self.n < VERDICT_MIN_SEEDS or not math.isfinite(self.std) or not math.isfinite(self.mean):
-            return None
-        return abs(self.mean) >= VERDICT_K * self.std
-
-    def shifted(self, level: float) -> "Spread":
-        """The spread of (value − level): the same std and seeds."""
-        return Spread(self.mean - level, self.std, self.n)
-
-
-def spread(values: Iterable[float | None]) -> Spread:
-    """Mean, sample std and count of the finite values (the missing and non-finite are left out)."""
-    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not vals:
-        return Spread(math.nan, math.nan, 0)
-    return Spread(float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else math.nan, len(vals))
-
-
-def judge(delta: Spread) -> str:
-    """The verdict of the claim "Δ > 0" by VERDICT_RULE: a key of VERDICT_WORDS."""
-    beyond = delta.beyond
-    if beyond is None or not beyond:
-        return "inconclusive"
-    return "reproduced" if delta.mean > 0 else "not_reproduced"
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def relaunch_note(before: str | None) -> str:
 
 # Where a kind's finished runs are shown.
 RESULT_PAGES = {"dilution": ("pages/export.py", "Export"), "structure": ("pages/structure.py", "Structure"),
-                "lm": ("pages/content.py", "Content")}
+                "lm": ("pages/content.py", "Content"), "boundary": ("pages/boundary.py", "Boundary map")}
 
 
 def already_done(done: list[tuple[str, object, str]], seed_key: str | None = None) -> None:

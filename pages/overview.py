@@ -54,13 +54,14 @@ REPRODUCTION = {lm_experiment.KIND: lm_experiment.QUICK_REPRODUCTION}
 
 def quick_jobs() -> list[tuple[str, object]]:
     return [(kind, build_config(kind, preset="quick", overrides=overrides))
-            for kind, exp in sorted(REGISTRY.items()) if "quick" in exp.presets
+            for kind, exp in sorted(REGISTRY.items()) if "quick" in exp.presets and exp.one_click
             for overrides in REPRODUCTION.get(kind, ({},))]
 
 
 st.subheader("Quick reproduction")
-st.markdown("Starts the `quick` preset of every registered experiment as background jobs — for the language "
-            "model, SPEN and the same-size GPT, so the content claim can be checked from this one click; "
-            "follow them on the Jobs page.")
+st.markdown("Starts the `quick` preset of the paper's three studies as background jobs — for the language "
+            "model, SPEN and the same-size GPT, each at its learning rate chosen on dev, so the content claim "
+            "can be checked from this one click; follow them on the Jobs page. The boundary map (half an hour "
+            "on two cores) is launched from its own page.")
 if st.button("Run the quick reproduction", type="primary", icon=":material/play_arrow:", key="quick_repro"):
     launch(quick_jobs, preset="quick")

@@ -13,6 +13,8 @@ import pandas as pd
 from ema_core.config import nest
 from ema_core.palette import LM_VARIANTS
 from ema_core.tables import number_text
+from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, pooled_std
+from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
@@ -230,8 +232,8 @@ def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None
 # Pure arithmetic on lm_final_stats' numbers (no SQL): kept beside the query whose frame it reads, so
 # that the page only draws what this returns.
 
-VERDICT_K = 2.0          # "beyond the seeds' spread": |Δ| ≥ VERDICT_K × pooled std
-VERDICT_MIN_SEEDS = 2    # a spread needs two seeds of each side
+# The threshold and the pooled std are the rule every study shares (ema_core.verdicts): the ablation's
+# variants may hold different seeds, so it takes the pooled (unpaired) form.
 VERDICT_DECIMALS = 4     # every number of the verdict, in its table and its sentence alike
 VERDICT_RULE = (
     "**The rule.** Two variants differ *beyond the seeds' spread* when their mean final validation losses "
@@ -248,8 +250,7 @@ VERDICT_RULE = (
     "power), or there is no control to tell. Readers of past trace *states* are shown beside the rule, not in "
     "it: an EMA sequence can be undone, so a gain there would not contradict the paper."
 )
-VERDICT_WORDS = {"reproduced": "reproduced", "not_reproduced": "not reproduced",
-                 "inconclusive": "inconclusive at this budget", "untested": "not tested by these runs"}
+VERDICT_WORDS = {**SHARED_WORDS, "inconclusive": "inconclusive at this budget", "untested": "not tested by these runs"}
 
 
 @dataclass(frozen=True)
@@ -272,13 +273,6 @@ class AblationVerdict:
 def verdict_number(x: float) -> str:
     """A number of the verdict as its table and its sentence both show it."""
     return number_text(float(x), VERDICT_DECIMALS)
-
-
-def pooled_std(s1: float, n1: int, s2: float, n2: int) -> float:
-    """√(((n₁−1)s₁² + (n₂−1)s₂²)/(n₁+n₂−2)); NaN when either side has fewer than two seeds."""
-    if min(n1, n2) < VERDICT_MIN_SEEDS or any(v is None or not math.isfinite(v) for v in (s1, s2)):
-        return math.nan
-    return math.sqrt(((n1 - 1) * s1 * s1 + (n2 - 1) * s2 * s2) / (n1 + n2 - 2))
 
 
 def _variant_name(predictor: str, attn_input: str) -> str:

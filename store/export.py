@@ -10,13 +10,15 @@ Every row says what it measured: a study's table carries what each run was (its 
 from the run's config), and every run table the config fields that differ between the runs
 exported (``store.queries.labelled``).
 
-Grouped exports average runs whose configs differ only in their seed.  LaTeX and Markdown show one
-``mean ± std`` cell per value, with one number of decimals per column, and the mean alone where
-the seeds agree exactly (a constant such as chance); CSV keeps ``<value>_mean`` and ``<value>_std``
-as numbers, since a CSV is read by programs.  LaTeX comes as a ``table`` float with a caption (what
-the table is, from how many runs and seeds) and a label (``tab:<table>``).  A table with no rows is
-still written (CSV: the header; Markdown and LaTeX: the header and a line saying ``empty: no
-rows``), and :func:`write_export` reports ``rows``, so the CLI and the page can say so.
+Grouped exports average runs whose configs differ only in their seed (and, where one run holds
+several seeds and each row carries its own, over those seeds too: ``RunTable.seeds_in_rows``).
+LaTeX and Markdown show one ``mean ± std`` cell per value, with one number of decimals per column,
+and the mean alone where the seeds agree exactly (a constant such as chance); CSV keeps
+``<value>_mean`` and ``<value>_std`` as numbers, since a CSV is read by programs.  LaTeX comes as a
+``table`` float with a caption (what the table is, from how many runs and seeds) and a label
+(``tab:<table>``).  A table with no rows is still written (CSV: the header; Markdown and LaTeX: the
+header and a line saying ``empty: no rows``), and :func:`write_export` reports ``rows``, so the CLI
+and the page can say so.
 """
 from __future__ import annotations
 
@@ -145,13 +147,13 @@ def _for_text(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _runs_and_seeds(df: pd.DataFrame, grouped: bool) -> tuple[int, list[int]]:
+def _runs_and_seeds(df: pd.DataFrame, grouped: bool, runs_column: str = "n") -> tuple[int, list[int]]:
     """How many runs a frame of ``table_frame`` comes from, and their seeds."""
     if not len(df) or ("run_id" not in df.columns and "config_id" not in df.columns):
         return 0, []
     if grouped:
-        # A config's runs: its largest n (a key a run lacks has fewer); seeds from the "0,1,2" cells.
-        runs = int(df.groupby("config_id")["n"].max().sum())
+        # A config's runs: its largest count (a key a run lacks has fewer); seeds from the "0,1,2" cells.
+        runs = int(df.groupby("config_id")[runs_column].max().sum())
         return runs, sorted({int(s) for cell in df["seeds"] for s in str(cell).split(",") if s.strip()})
     seeds = sorted({int(s) for s in df["seed"].dropna()}) if "seed" in df.columns else []
     return int(df["run_id"].nunique()), seeds
@@ -163,7 +165,9 @@ def caption(name: str, df: pd.DataFrame, grouped: bool = False) -> str:
     what = what[0].upper() + what[1:]
     if name == "bench_figures":
         return f"{what} ({len(df)} figures)." if len(df) else f"{what}: {EMPTY}."
-    runs, seeds = _runs_and_seeds(df, grouped)
+    spec = queries.GROUPABLE.get(name)
+    # Where a run holds several seeds, ``n`` counts seeds and ``runs`` the runs (queries.grouped).
+    runs, seeds = _runs_and_seeds(df, grouped, "runs" if spec is not None and spec.seeds_in_rows else "n")
     if not runs:
         return f"{what}: {EMPTY} (no runs yet)."
     seed_text = f"; seeds {', '.join(map(str, seeds))}" if seeds else ""

@@ -178,6 +178,13 @@ class RunTable(NamedTuple):
     keys: tuple[str, ...]    # what a row measures (besides the run), kept as columns
     values: tuple[str, ...]  # what is averaged across seeds
     labels: tuple[str, ...] = ()  # what the run was (from its config), always shown; equal across seeds
+    # True where one run holds several seeds and each row carries its own ``seed``: grouping then
+    # spreads over the rows' seeds (within a run and across runs), counts those seeds as ``n`` and
+    # says in ``runs`` how many runs they came from.  False: ``seed`` is the run's, one per run.
+    seeds_in_rows: bool = False
+    # True where the rows come in the order their keys are read in (the study's order, which the
+    # alphabet would break: "k=16" before "k=2"): the grouped rows keep that order of the keys.
+    ordered: bool = False
 
 
 # The run tables that can be labelled (:func:`labelled`) and grouped across seeds (:func:`grouped`),
@@ -276,7 +283,9 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
 
     Columns: config_id (a short hash of kind + config without seed), kind, one column per config
     field that differs between the groups shown, the table's key columns, n (seeds), seeds, then
-    ``<value>_mean`` and ``<value>_std`` per value column.  With one seed the std is empty.
+    ``<value>_mean`` and ``<value>_std`` per value column.  With one seed the std is empty.  A table
+    whose rows carry their own seeds (``RunTable.seeds_in_rows``) spreads over those, within a run
+    too, and has ``runs`` (the runs they came from) before ``n``.
     """
     if table not in GROUPABLE:
         raise ValueError(f"cannot group {table!r}; groupable tables: {sorted(GROUPABLE)}")
@@ -297,18 +306,25 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     # Only the fields that tell the groups apart are worth a column; the rest is the same everywhere.
     # The labels are shown anyway, and once.
     varying = [k for k in varying_fields(fields.values()) if k not in spec.labels]
-    taken = ({"config_id", "kind", "n", "seeds", *spec.keys, *spec.labels}
+    counts = ["runs", "n"] if spec.seeds_in_rows else ["n"]
+    taken = ({"config_id", "kind", "seeds", *counts, *spec.keys, *spec.labels}
              | {f"{v}_{s}" for v in spec.values for s in ("mean", "std")})
     label = {k: (f"config.{k}" if k in taken else k) for k in varying}
 
-    out_cols = (["config_id", "kind", *spec.labels, *label.values(), *spec.keys, "n", "seeds"]
+    out_cols = (["config_id", "kind", *spec.labels, *label.values(), *spec.keys, *counts, "seeds"]
                 + [f"{v}_{s}" for v in spec.values for s in ("mean", "std")])
     if rows.empty:
         return pd.DataFrame(columns=out_cols)
     rows = rows.assign(config_id=rows["run_id"].map(group_of))
     by = ["config_id", *spec.keys]
+    if spec.seeds_in_rows:
+        # One measurement per (run, seed): a run of three seeds counts three.
+        rows = rows.assign(_measured=rows["run_id"].astype(str) + "\x00" + rows["seed"].astype(str))
+        count = {"runs": ("run_id", "nunique"), "n": ("_measured", "nunique")}
+    else:
+        count = {"n": ("run_id", "nunique")}
     agg = rows.groupby(by, sort=True, dropna=False).agg(
-        n=("run_id", "nunique"),
+        **count,
         **{f"{v}_{stat}": (v, stat) for v in spec.values for stat in ("mean", "std")},
     ).reset_index()
     # The seeds of each group as "0,1,2": concatenated by one grouped sum over text, since a Python
@@ -325,8 +341,16 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     for field, col in label.items():
         agg[col] = agg["config_id"].map(lambda g, k=field: _cell_value(fields[g][1].get(k)))
     # What the runs were (the labels) before the hash: like rows sit together.
-    return agg[out_cols].sort_values(["kind", *spec.labels, "config_id", *spec.keys], kind="stable",
-                                     ignore_index=True)
+    order = ["kind", *spec.labels, "config_id"]
+    if not spec.ordered:
+        return agg[out_cols].sort_values([*order, *spec.keys], kind="stable", ignore_index=True)
+    # Each key's values ranked by where they first come in the rows (factorize lists them in order of
+    # appearance, leaving out a missing value, which then ranks NaN and sorts last).
+    ranks = {}
+    for i, k in enumerate(spec.keys):
+        seen = pd.factorize(rows[k])[1]
+        ranks[f"_rank{i}"] = agg[k].map(dict(zip(seen, range(len(seen)))))
+    return agg.assign(**ranks).sort_values([*order, *ranks], kind="stable", ignore_index=True)[out_cols]
 
 
 # Every kind of run logs metrics: the one run table that belongs to no study.

@@ -95,7 +95,29 @@ M001_INITIAL = Migration(1, "m001_initial", (
     )""",
 ))
 
-MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL,)
+# The boundary map (ema_core.experiments.boundary): one run holds several seeds, so the row's own
+# ``seed`` is part of its key, beside the mixer, the task and the difficulty ("k=8", "pairs=16,T=64").
+M002_BOUNDARY = Migration(2, "m002_boundary", (
+    """CREATE TABLE boundary_accuracy (
+        run_id       VARCHAR NOT NULL,
+        mixer        VARCHAR NOT NULL,
+        task         VARCHAR NOT NULL,
+        difficulty   VARCHAR NOT NULL,
+        seed         BIGINT NOT NULL,
+        level        INTEGER,
+        seq_len      INTEGER,
+        accuracy     DOUBLE,
+        dev_accuracy DOUBLE,
+        chance       DOUBLE,
+        lr           DOUBLE,
+        train_loss   DOUBLE,
+        state_floats BIGINT,
+        params       BIGINT,
+        PRIMARY KEY (run_id, mixer, task, difficulty, seed)
+    )""",
+))
+
+MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
@@ -113,4 +135,10 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                        Column("split", str, True), Column("accuracy", float, False)),
     "lm_eval": (Column("split", str, True), Column("loss", float, False),
                 Column("ppl", float, False), Column("bpb", float, False)),
+    "boundary_accuracy": (Column("mixer", str, True), Column("task", str, True), Column("difficulty", str, True),
+                          Column("seed", int, True), Column("level", int, False), Column("seq_len", int, False),
+                          Column("accuracy", float, False), Column("dev_accuracy", float, False),
+                          Column("chance", float, False), Column("lr", float, False),
+                          Column("train_loss", float, False), Column("state_floats", int, False),
+                          Column("params", int, False)),
 }

@@ -6,7 +6,8 @@ finished, and its table downloaded as LaTeX from the Export page; the Overview's
 starts a job that the Jobs page then lists; a deep link into a fresh server still gets the app's
 router and navigation, and every page's own name (/overview included) opens that page; the
 Structure page draws finished structure runs and follows its split switch; the Content page draws
-real tiny language-model runs and follows its smoothing and log-axis controls.
+real tiny language-model runs and follows its smoothing and log-axis controls; the Boundary map page
+draws a real tiny boundary run and states the paper's claims' verdicts.
 """
 from __future__ import annotations
 
@@ -394,7 +395,8 @@ def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chro
             nav.wait_for(timeout=WAIT_MS)
             links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
             titles = [text.strip().split("\n")[-1] for text in links]
-            assert titles == ["Overview", "Trace dilution", "Structure", "Content", "Jobs", "Export"], links
+            assert titles == ["Overview", "Trace dilution", "Structure", "Content", "Boundary map", "Jobs",
+                              "Export"], links
             # app.py's own sidebar text: the router ran.
             assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
             _no_exception(page)
@@ -514,6 +516,49 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(1500)  # vega draws the title after the marks: let the redraw finish
         page.screenshot(path=str(SHOTS / "content_smoothed_log.png"))
+        _no_exception(page)
+    finally:
+        page.close()
+
+
+def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_home, chromium_browser):
+    from playwright.sync_api import expect
+
+    from boundary_fixture import make_boundary_runs
+    from ema_core.boundary_findings import claim_verdicts
+    from store.boundary import boundary_accuracy
+
+    # One run of the experiment itself at tiny sizes (two seeds inside it): what a real run writes.
+    run_ids = make_boundary_runs(emalab_home, (0,))
+    verdicts = claim_verdicts(boundary_accuracy(run_ids, home=emalab_home))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 3600}, accept_downloads=True)
+    try:
+        page.goto(app_url + "/boundary")
+        page.get_by_role("heading", name="Boundary map", exact=True).wait_for(timeout=WAIT_MS)
+        _wait_for_charts(page, 3)  # the map, the crossing, MQAR
+        charts = page.locator(CHARTS)
+        expect(charts.nth(0)).to_contain_text("The boundary map", timeout=WAIT_MS)
+        expect(charts.nth(0)).to_contain_text("softmax")
+        expect(charts.nth(1)).to_contain_text("Structure against content")
+        expect(charts.nth(1)).to_contain_text("window_k")  # the floor, in the legend like every mixer
+        expect(charts.nth(2)).to_contain_text("MQAR recall against state size")
+        page.get_by_role("heading", name="The paper's hierarchy and the measured one").wait_for(timeout=WAIT_MS)
+        for v in verdicts:  # each claim's sentence, its verdict word at its end
+            expect(page.get_by_text(v.sentence, exact=True)).to_be_visible(timeout=WAIT_MS)
+        page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
+        page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+        page.wait_for_timeout(1500)  # vega draws the titles after the marks: let the drawing finish
+        page.screenshot(path=str(SHOTS / "boundary.png"))
+        _no_exception(page)
+
+        with page.expect_download(timeout=WAIT_MS) as info:
+            page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").click()
+        download = info.value
+        assert download.suggested_filename == "boundary_map.tex"
+        tex = Path(download.path()).read_text()
+        assert "\\toprule" in tex and "$\\pm$" in tex and "window\\_k" in tex
         _no_exception(page)
     finally:
         page.close()

@@ -59,13 +59,23 @@ def test_quick_reproduction_launches_every_kind_and_both_language_models(home, r
     assert all(preset == "quick" for _, _, preset in registered)
     lm = [cfg for kind, cfg, _ in registered if kind == "lm"]
     assert sorted(cfg["model"] for cfg in lm) == ["gpt", "spen"]
-    # The two differ in the model only: same data, tokenizer, budget and seed.
-    assert [{**cfg, "model": None} for cfg in lm][0] == [{**cfg, "model": None} for cfg in lm][1]
-    assert lm[0] | {"model": "spen"} == build_config("lm", preset="quick").model_dump()
+    # The two differ in the model and its learning rate (each chosen on dev) only: same data,
+    # tokenizer, budget and seed.
+    from ema_core.experiments.lm import AUTO_LR
+
+    def rest(cfg):
+        return {**cfg, "model": None, "train": {**cfg["train"], "lr": None}}
+
+    assert rest(lm[0]) == rest(lm[1])
+    for cfg in lm:
+        assert cfg["train"]["lr"] == AUTO_LR["tiny"][cfg["model"]]
+        assert cfg == build_config("lm", preset="quick", overrides={"model": cfg["model"]}).model_dump()
+    assert AUTO_LR["tiny"]["spen"] != AUTO_LR["tiny"]["gpt"]
     for kind, cfg, _ in registered:
         if kind != "lm":
             assert cfg == build_config(kind, preset="quick").model_dump()
-    assert set(REGISTRY) == {"dilution", "structure", "lm"}
+    # The boundary map (half an hour on 2 cores) is launched from its own page, not from this click.
+    assert set(REGISTRY) == {"dilution", "structure", "lm", "boundary"} and not REGISTRY["boundary"].one_click
     assert any("Launched" in s.value for s in at.success)
 
 

@@ -107,8 +107,12 @@ def lm_runs(home):
 
 def test_lm_eval_rows_say_which_model_they_are(lm_runs):
     df = pd.read_csv(io.StringIO(render_table("lm_eval", "csv")))
-    assert list(df.columns)[:8] == ["run_id", "seed", "model", "predictor", "attn_input", "size", "corpus", "params"]
+    # Each model trained at its own rate chosen on dev (the quick preset's train.lr=auto): a setting
+    # that differs between the runs, so the rows say it.
+    assert list(df.columns)[:9] == ["run_id", "seed", "train.lr", "model", "predictor", "attn_input", "size", "corpus",
+                                    "params"]
     assert df["model"].tolist() == ["gpt", "gpt", "spen", "spen"]  # GPT first, as on the Content page
+    assert df["train.lr"].tolist() == [0.003, 0.003, 0.01, 0.01]
     assert set(df["size"]) == {"tiny"} and set(df["corpus"]) == {"austen"} and (df["params"] > 0).all()
     # Grouped, one variant only: nothing differs between the groups, and the row still says what it is.
     spen = [r for r in lm_runs if r in set(df.loc[df["model"] == "spen", "run_id"])]

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Liveness only: how long a wait for something that must happen may last before the test gives up.
 PATIENCE = 600
 ALL_TABLES = {"emalab_meta", "schema_migrations", "runs", "metrics", "ingest_state", "dilution_accuracy",
-              "probe_accuracy", "lm_eval", "bench_figures"}
+              "probe_accuracy", "lm_eval", "bench_figures", "boundary_accuracy"}
+RELEASED = [(1, "m001_initial"), (2, "m002_boundary")]
+NEXT = len(RELEASED) + 1  # the version a test's own migration takes
 
 
 @pytest.fixture
@@ -51,9 +53,9 @@ def test_store_path_follows_emalab_home(home):
 def test_first_write_creates_every_table_and_records_the_migration(home):
     with open_store(readonly=False) as conn:
         assert tables(conn) == ALL_TABLES
-        assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [(1, "m001_initial")]
+        assert conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall() == RELEASED
         assert conn.execute("SELECT value FROM emalab_meta WHERE key = 'app'").fetchone() == ("emalab",)
-    assert schema.SCHEMA_VERSION == schema.MIGRATIONS[-1].version == 1
+    assert schema.SCHEMA_VERSION == schema.MIGRATIONS[-1].version == 2
     versions = [m.version for m in schema.MIGRATIONS]
     assert versions == sorted(versions) == list(range(1, len(versions) + 1))
 
@@ -63,11 +65,11 @@ def test_reopening_is_idempotent(home):
         with open_store(readonly=False) as conn:
             assert migrate(conn) == []
     with open_store(readonly=True) as conn:
-        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone() == (2,)
 
 
-def _m002():
-    return schema.Migration(2, "m002_test_notes", (
+def _m_next():
+    return schema.Migration(NEXT, "m_next_test_notes", (
         "CREATE TABLE run_notes (run_id VARCHAR PRIMARY KEY, note VARCHAR)",
         "ALTER TABLE runs ADD COLUMN tag VARCHAR",
     ))
@@ -76,34 +78,35 @@ def _m002():
 def test_an_older_file_is_migrated_on_open(home, monkeypatch):
     with open_store(readonly=False) as conn:
         conn.execute("INSERT INTO runs (run_id, kind, status) VALUES ('r1', 'k', 'done')")
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m002()))
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m_next()))
     # A reader finds the file behind the code and upgrades it before reading.
     with open_store(readonly=True) as conn:
         assert "run_notes" in tables(conn)
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (2,)
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (NEXT,)
         assert conn.execute("SELECT run_id, tag FROM runs").fetchall() == [("r1", None)]
-    assert check()["schema_version"] == 2
+    assert check()["schema_version"] == NEXT
 
 
 def test_migrate_store_reports_what_it_applied(home, monkeypatch):
-    assert migrate_store() == {"path": str(store_path()), "applied": ["m001_initial"], "schema_version": 1}
+    assert migrate_store() == {"path": str(store_path()), "applied": ["m001_initial", "m002_boundary"],
+                               "schema_version": 2}
     assert migrate_store()["applied"] == []
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m002()))
-    assert migrate_store()["applied"] == ["m002_test_notes"]
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m_next()))
+    assert migrate_store()["applied"] == ["m_next_test_notes"]
 
 
 def test_a_failing_migration_rolls_back_whole(home, monkeypatch):
     with open_store(readonly=False):
         pass
-    broken = schema.Migration(2, "m002_broken", ("CREATE TABLE half_done (x INTEGER)", "THIS IS NOT SQL"))
+    broken = schema.Migration(NEXT, "m_next_broken", ("CREATE TABLE half_done (x INTEGER)", "THIS IS NOT SQL"))
     monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, broken))
-    with pytest.raises(db.StoreError, match="m002_broken"):
+    with pytest.raises(db.StoreError, match="m_next_broken"):
         with open_store(readonly=False):
             pass
     monkeypatch.undo()
     with open_store(readonly=True) as conn:
         assert "half_done" not in tables(conn)
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (1,)
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (2,)
 
 
 @pytest.mark.parametrize("readonly", [True, False])
@@ -111,7 +114,7 @@ def test_a_newer_file_is_refused_and_left_untouched(home, readonly):
     with open_store(readonly=False) as conn:
         conn.execute("INSERT INTO schema_migrations VALUES (7, 'm007_future', now())")
     before = snapshot(home)
-    with pytest.raises(StoreVersionError, match=r"newer EMA Lab \(schema 7 > 1\).*EMALAB_HOME"):
+    with pytest.raises(StoreVersionError, match=r"newer EMA Lab \(schema 7 > 2\).*EMALAB_HOME"):
         with open_store(readonly=readonly):
             pass
     assert snapshot(home) == before
@@ -173,7 +176,7 @@ def test_check_reports_counts_and_orphans(home):
     rd.append_events([{"seq": 0, "step": 0, "metrics": {"x": 1.0}}])
     ingest()
     report = check()
-    assert report["ok"] and report["schema_version"] == 1
+    assert report["ok"] and report["schema_version"] == 2
     assert report["tables"]["runs"] == 1 and report["tables"]["metrics"] == 1
     assert report["migrations"][0]["name"] == "m001_initial"
     with open_store(readonly=False) as conn:

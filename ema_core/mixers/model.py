@@ -7,13 +7,30 @@
 Pre-norm residual blocks as in the language models of :mod:`ema_core.lm`; the MLP mixes channels
 at one position only, so everything a position knows of the past comes through the mixers (the
 model is as causal as its mixer: tested exactly).  The boundary study uses d = 64, 2 layers.
+
+``positions=True`` adds fixed sinusoidal position codes to the embeddings (the same for every
+mixer): without them softmax attention cannot tell the token k steps back from any other, and a
+fixed code, unlike a learned table, lets a query find "k back" by one linear map of its own code
+(a rotation per frequency), at every position alike.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from ema_core.mixers import build_mixer
+
+
+def sinusoidal_positions(T: int, d: int) -> torch.Tensor:
+    """(T, d) position codes: sin and cos of t / 10000^(2i/d) (the Transformer's)."""
+    t = torch.arange(T, dtype=torch.float32)[:, None]
+    freq = torch.exp(-math.log(10_000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
+    pe = torch.zeros(T, d)
+    pe[:, 0::2] = torch.sin(t * freq)
+    pe[:, 1::2] = torch.cos(t * freq)[:, : d // 2]
+    return pe
 
 
 class MixerBlock(nn.Module):
@@ -30,11 +47,12 @@ class MixerBlock(nn.Module):
 
 class MixerNet(nn.Module):
     def __init__(self, mixer: str, vocab: int, n_classes: int, d: int = 64, layers: int = 2, seed: int = 0,
-                 **options):
+                 positions: bool = False, **options):
         super().__init__()
         if vocab < 1 or n_classes < 2 or layers < 1:
             raise ValueError(f"a model needs vocab ≥ 1, n_classes ≥ 2 and layers ≥ 1, got {vocab}, {n_classes}, {layers}")
         self.mixer_name = mixer
+        self.positions = positions
         # The embedding, MLPs and head from ``seed`` (each mixer seeds its own parts), without
         # touching the caller's global random state.
         with torch.random.fork_rng(devices=[]):
@@ -46,6 +64,8 @@ class MixerNet(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
+        if self.positions:
+            x = x + sinusoidal_positions(tokens.shape[1], x.shape[-1]).to(x.device, x.dtype)
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x))

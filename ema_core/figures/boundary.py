@@ -1,0 +1,302 @@
+"""The boundary study's charts: every context mixer on every task, from the rows of ``boundary_accuracy``.
+
+Three views of one grid (mixer × task × difficulty × seed): the map (accuracy above chance, cell by
+cell), the crossing (structure against content as the distance grows) and MQAR recall against the
+state a mixer keeps.  Each mixer has its palette colour (:func:`ema_core.palette.mixer_color`) on
+every chart; mixers are listed in ``ema_core.mixers.MIXERS`` order, one a researcher registered
+after them.  Every number is a mean over seeds; error bars are the sample std where there are
+several.
+"""
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import pandas as pd
+
+from ema_core import palette
+from ema_core.boundary_findings import normalised
+from ema_core.figures import ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale
+from ema_core.mixers import MIXERS
+
+# Task -> label, in the order the map shows them; a task not listed keeps its own name, after these.
+TASK_LABELS = {"agree_structure": "agreement: structure", "agree_content": "agreement: content",
+               "mqar": "MQAR recall", "lag_identity": "lag identity"}
+# The two variants of the agreement task the crossing chart sets against each other, and their dashes:
+# the same sequences, the same positions scored; only what must be remembered differs.
+CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content": ("content (identity)", [6, 4])}
+# The mixer with no memory beyond its window: every other mixer is read against it.
+FLOOR = "window_k"
+# px per cell of the map: "0.97" fits, a task of two distances is as wide as its two-line heading
+# ("agreement:" over "structure"), and a map of the full preset (23 columns) fits a page.
+CELL = 38
+MQAR_COLUMNS = 4  # MQAR sizes per row of facets (the full preset has 11)
+GROUP = ["mixer", "task", "difficulty", "level", "seq_len"]
+DEFINED = "isValid(datum.above) && isFinite(datum.above)"  # a cell's accuracy above chance exists
+
+
+def mixer_order(names) -> list[str]:
+    """The mixers of ``names`` in ``MIXERS`` order (the paper's hierarchy), then any other, by name."""
+    names = set(names)
+    # Read at call time: a mixer registered after this module loaded has its place too.
+    return [m for m in MIXERS if m in names] + sorted(names - set(MIXERS))
+
+
+def task_order(names) -> list[str]:
+    names = set(names)
+    return [t for t in TASK_LABELS if t in names] + sorted(names - set(TASK_LABELS))
+
+
+def task_label(task: str) -> str:
+    return TASK_LABELS.get(task, task)
+
+
+def _above(accuracy, chance) -> float:
+    """Accuracy above chance (:func:`normalised`); NaN where it is undefined (a task no model can miss)."""
+    try:
+        v = float(normalised(float(accuracy), float(chance)))
+    except (ValueError, ZeroDivisionError, TypeError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The charts' rows: one per (mixer, task, difficulty), over the seeds of ``rows``.
+
+    Columns: mixer, task, difficulty, level, seq_len, n (seeds), mean and std (test accuracy),
+    chance and chance_std (chance is measured on each seed's data), above and above_std (accuracy
+    above chance, formed per seed, then averaged), state_floats.  Mixers in :func:`mixer_order`,
+    tasks in :func:`task_order`, difficulties by level within a task (MQAR by length, then pairs).
+    Rows with no accuracy are left out.
+    """
+    cols = [*GROUP, "n", "mean", "std", "chance", "chance_std", "above", "above_std", "state_floats"]
+    if rows is None or not len(rows):
+        return pd.DataFrame(columns=cols)
+    df = rows.loc[pd.to_numeric(rows["accuracy"], errors="coerce").notna()].copy()
+    df["accuracy"] = df["accuracy"].astype(float)
+    df["chance"] = df["chance"].astype(float)
+    df["above"] = [_above(a, c) for a, c in zip(df["accuracy"], df["chance"])]
+    out = (df.groupby(GROUP, sort=False, dropna=False)
+           .agg(n=("accuracy", "count"), mean=("accuracy", "mean"), std=("accuracy", "std"),
+                chance=("chance", "mean"), chance_std=("chance", "std"), above=("above", "mean"),
+                above_std=("above", "std"),
+                state_floats=("state_floats", "max"))
+           .reset_index())
+    mixers, tasks = mixer_order(out["mixer"]), task_order(out["task"])
+    out["_m"] = out["mixer"].map(mixers.index)
+    out["_t"] = out["task"].map(tasks.index)
+    out = out.sort_values(["_m", "_t", "seq_len", "level", "difficulty"]).drop(columns=["_m", "_t"])
+    out["level"] = out["level"].astype(int)
+    out["seq_len"] = out["seq_len"].astype(int)
+    return out[cols].reset_index(drop=True)
+
+
+def _frame(frame: pd.DataFrame) -> pd.DataFrame:
+    # A chart takes boundary_frame's rows, or the table's own (one per seed), which it averages first.
+    return frame if "mean" in frame.columns else boundary_frame(frame)
+
+
+def difficulty_order(frame: pd.DataFrame) -> list[str]:
+    """Every difficulty of ``frame``, task by task, by length then level (k, or MQAR's pairs)."""
+    tasks = task_order(frame["task"])
+    keyed = frame[["task", "seq_len", "level", "difficulty"]].drop_duplicates()
+    keyed = keyed.assign(_t=keyed["task"].map(tasks.index)).sort_values(["_t", "seq_len", "level", "difficulty"])
+    return list(dict.fromkeys(keyed["difficulty"]))
+
+
+def _mixer_color(mixers: list[str]) -> alt.Color:
+    return alt.Color("mixer:N", scale=color_scale(mixers, palette.mixer_color), sort=mixers, title="mixer")
+
+
+def _seeds_note(frame: pd.DataFrame, bars: bool = True) -> str:
+    """How many seeds each point averages, and what its error bar is (``bars``: the chart draws them)."""
+    n = sorted(set(int(v) for v in frame["n"])) if len(frame) else []
+    if not n:
+        return "no seeds"
+    if n == [1]:
+        return "one seed" + (" (no error bars)" if bars else "")
+    seeds = f"{n[0]}" if len(n) == 1 else f"{n[0]}–{n[-1]}"
+    return f"mean ± std across {seeds} seeds" if bars else f"mean over {seeds} seeds"
+
+
+# -- the map -------------------------------------------------------------------------------------------
+
+def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
+    """Mixers (rows) × each task's difficulties (columns), coloured by accuracy above chance (0 = chance,
+    1 = perfect), each cell's text its test accuracy; one facet per task."""
+    frame = _frame(frame)
+    mixers, tasks = mixer_order(frame["mixer"]), task_order(frame["task"])
+    labels = [task_label(t) for t in tasks]
+    data = frame.assign(
+        task_label=frame["task"].map(task_label),
+        text=[f"{v:.2f}" for v in frame["mean"]],
+        above=frame["above"].astype(float),
+    )
+    base = alt.Chart().encode(
+        x=alt.X("difficulty:N", sort=difficulty_order(frame), title=None,
+                axis=alt.Axis(labelAngle=-45, labelLimit=120)),
+        y=alt.Y("mixer:N", sort=mixers, title=None, axis=alt.Axis(labelLimit=160)),
+    )
+    tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("task_label:N", title="task"), alt.Tooltip("difficulty:N"),
+               alt.Tooltip("mean:Q", format=".3f", title="accuracy"),
+               alt.Tooltip("std:Q", format=".3f", title="std (seeds)"),
+               alt.Tooltip("chance:Q", format=".3f"), alt.Tooltip("above:Q", format=".3f", title="above chance"),
+               alt.Tooltip("n:Q", title="seeds")]
+    cells = base.transform_filter(DEFINED).mark_rect(stroke="white", strokeWidth=1).encode(
+        color=alt.Color("above:Q", title="accuracy above chance",
+                        scale=alt.Scale(domain=[-1, 0, 1], range=list(palette.ABOVE_CHANCE_COLORS), clamp=True),
+                        legend=alt.Legend(format=".1f", orient="right", gradientLength=HEIGHT // 2)),
+        tooltip=tooltip,
+    )
+    # A cell whose above-chance value is undefined (a chance of 1 leaves nothing to learn) keeps its
+    # place and its accuracy, in the reference grey: no colour of the scale would be true of it.
+    undefined = base.transform_filter(f"!({DEFINED})").mark_rect(
+        stroke="white", strokeWidth=1, color=palette.REFERENCE_COLOR).encode(tooltip=tooltip)
+    # Dark cells take white text; the threshold is where the blue end of the scale gets dark.
+    text = base.mark_text(fontSize=10).encode(
+        text="text:N", color=alt.condition("datum.above > 0.55", alt.value("white"), alt.value("#222222")))
+    width = len(difficulty_order(frame)) * CELL + 30 * max(len(tasks) - 1, 0)
+    return (
+        alt.layer(cells, undefined, text, data=data)  # data on the layer: a facet of it needs it there
+        .properties(width=alt.Step(CELL), height=alt.Step(CELL - 8))
+        # A heading word by word: a task of few difficulties is narrower than its label on one line.
+        .facet(column=alt.Column("task_label:N", sort=labels, title=None,
+                                 header=alt.Header(labelFontSize=12, labelFontWeight="bold",
+                                                   labelExpr="split(datum.value, ' ')")))
+        .resolve_scale(x="independent")
+        .properties(title=chart_title(
+            "The boundary map: where each mixer keeps what",
+            f"colour: accuracy above chance, (acc − chance) / (1 − chance); text: test accuracy; "
+            f"{_seeds_note(frame, bars=False)}", max(WIDTH, width)))
+    )
+
+
+# -- structure against content -------------------------------------------------------------------------
+
+def crossing_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The crossing chart's rows: the two agreement variants, with their labels."""
+    frame = _frame(frame)
+    df = frame.loc[frame["task"].isin(list(CROSSING))].copy()
+    df["variant"] = df["task"].map(lambda t: CROSSING[t][0])
+    return df.reset_index(drop=True)
+
+
+def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    """Accuracy against the distance k, structure solid and content dashed, one colour per mixer; log₂ k.
+
+    Chance (the most frequent label) is drawn in grey for each variant, with its dash; the window
+    mixer, the floor, is drawn over the others, thicker, so it is never hidden under a curve.
+    """
+    df = crossing_frame(frame)
+    mixers = mixer_order(df["mixer"])
+    variants = [label for task, (label, _) in CROSSING.items() if task in set(df["task"])]
+    dashes = [dash for task, (label, dash) in CROSSING.items() if label in variants]
+    ks = sorted(set(int(k) for k in df["level"]))
+    data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1))
+    # A single distance would make a log domain of zero width: Vega then picks its own.
+    scale = (alt.Scale(type="log", base=2, domain=[min(ks), max(ks)], nice=False) if len(ks) > 1
+             else alt.Scale(type="log", base=2))
+    x = alt.X("level:Q", title="distance k (tokens back, log scale)", scale=scale,
+              axis=alt.Axis(values=ks, format=COUNT_FORMAT))
+    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (test)")
+    dash = alt.StrokeDash("variant:N", sort=variants, title="task",
+                          scale=alt.Scale(domain=variants, range=dashes),
+                          legend=alt.Legend(symbolType="stroke", symbolSize=400, symbolStrokeWidth=2))
+    color = _mixer_color(mixers)
+    tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("variant:N", title="task"), alt.Tooltip("level:Q", title="k"),
+               alt.Tooltip("mean:Q", format=".3f", title="accuracy"),
+               alt.Tooltip("std:Q", format=".3f", title="std (seeds)"), alt.Tooltip("chance:Q", format=".3f"),
+               alt.Tooltip("n:Q", title="seeds")]
+    # Chance depends on the variant (and a little on k: it is measured on each cell's data), not on
+    # the mixer: the mean over mixers and seeds.
+    chance = (df.groupby(["variant", "level"], as_index=False)["chance"].mean()
+              if len(df) else pd.DataFrame(columns=["variant", "level", "chance"]))
+    chance_lines = alt.Chart(chance).mark_line(color=palette.REFERENCE_COLOR, strokeWidth=1.5).encode(
+        x=x, y=alt.Y("chance:Q"), strokeDash=dash,
+        tooltip=[alt.Tooltip("variant:N", title="chance of"), alt.Tooltip("chance:Q", format=".3f")])
+    layers = [chance_lines]
+    for part, width in ((data[data["mixer"] != FLOOR], 2.0), (data[data["mixer"] == FLOOR], 3.5)):
+        if not len(part):
+            continue
+        base = alt.Chart(part).encode(x=x, color=color)
+        layers += [
+            base.mark_line(point=alt.OverlayMarkDef(size=40, filled=True), strokeWidth=width)
+            .encode(y=y, strokeDash=dash, detail="variant:N", tooltip=tooltip),
+            base.transform_filter(HAS_STD).mark_rule(strokeWidth=1.2, opacity=0.7).encode(y="lo:Q", y2="hi:Q"),
+        ]
+    return alt.layer(*layers).properties(
+        width=WIDTH, height=HEIGHT,
+        title=chart_title("Structure against content, distance by distance",
+                          f"solid: the category k tokens back; dashed: a map of its identity; grey: chance; "
+                          f"thick: the window, the floor; {_seeds_note(df)}"),
+    )
+
+
+# -- MQAR ----------------------------------------------------------------------------------------------
+
+def mqar_chart(frame: pd.DataFrame) -> alt.FacetChart:
+    """MQAR recall against the state a mixer keeps (floats per sequence, log scale), one point per
+    mixer, one facet per MQAR size (pairs, length); chance in grey."""
+    frame = _frame(frame)
+    df = frame.loc[frame["task"] == "mqar"].copy()
+    mixers = mixer_order(df["mixer"])
+    sizes = difficulty_order(df) if len(df) else []
+    data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
+                     state_floats=df["state_floats"].astype(float))
+    floats = data["state_floats"][data["state_floats"] > 0]
+    lo, hi = (float(floats.min()), float(floats.max())) if len(floats) else (1.0, 10.0)
+    # A quarter of a decade of margin each side: a point on the edge of a log axis is drawn half outside.
+    domain = [10 ** (math.log10(lo) - 0.25), 10 ** (math.log10(hi) + 0.25)]
+    x = alt.X("state_floats:Q", title="state (floats per sequence, log scale)",
+              scale=alt.Scale(type="log", domain=domain, nice=False),
+              axis=alt.Axis(values=_log_ticks(*domain), format="~s"))
+    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="recall (test accuracy)")
+    base = alt.Chart().encode(x=x, color=_mixer_color(mixers))
+    points = base.mark_point(filled=True, size=70, opacity=0.9).encode(
+        y=y, shape=alt.value("circle"),
+        tooltip=[alt.Tooltip("mixer:N"), alt.Tooltip("difficulty:N", title="MQAR size"),
+                 alt.Tooltip("state_floats:Q", format=",.0f", title="state floats"),
+                 alt.Tooltip("mean:Q", format=".3f", title="recall"),
+                 alt.Tooltip("std:Q", format=".3f", title="std (seeds)"), alt.Tooltip("chance:Q", format=".3f"),
+                 alt.Tooltip("n:Q", title="seeds")])
+    errors = base.transform_filter(HAS_STD).mark_rule(strokeWidth=1.2).encode(y="lo:Q", y2="hi:Q")
+    chance = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1.5, strokeDash=[6, 4]).encode(
+        y="mean(chance):Q", tooltip=[alt.Tooltip("mean(chance):Q", format=".3f", title="chance")])
+    facet_width, facet_height = 190, 170
+    columns = max(1, min(MQAR_COLUMNS, len(sizes)))
+    return (
+        alt.layer(chance, errors, points, data=data)
+        .properties(width=facet_width, height=facet_height)
+        .facet(facet=alt.Facet("difficulty:N", sort=sizes, title=None,
+                               header=alt.Header(labelFontSize=12, labelFontWeight="bold")), columns=columns)
+        .properties(title=chart_title(
+            "MQAR recall against state size",
+            f"one point per mixer; grey dashes: chance; {_seeds_note(df)}",
+            max(WIDTH * 0.8, columns * (facet_width + 20))))
+    )
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """Ticks of a log axis from ``lo`` to ``hi``: 1, 2, 5 of each decade where few decades are shown, the
+    decades alone where many are (Vega's default grid draws every multiple of every decade)."""
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    steps = (1, 2, 5) if len(decades) <= 3 else (1,)
+    return [m * 10.0**e for e in decades for m in steps if lo <= m * 10.0**e <= hi]
+
+
+def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
+    """The figures of exported ``boundary_accuracy`` rows (one run's), each with its file stem: the map,
+    then the crossing and MQAR charts where the run holds their tasks."""
+    frame = boundary_frame(rows)
+    if frame.empty:
+        return []
+    out: list[tuple[str, alt.TopLevelMixin]] = [("boundary_map", heat_map(frame))]
+    if frame["task"].isin(list(CROSSING)).any():
+        out.append(("boundary_crossing", crossing_chart(frame)))
+    if (frame["task"] == "mqar").any():
+        out.append(("boundary_mqar", mqar_chart(frame)))
+    return out
+
+
+__all__ = ["CROSSING", "FLOOR", "TASK_LABELS", "boundary_frame", "crossing_chart", "crossing_frame",
+           "difficulty_order", "heat_map", "mixer_order", "mqar_chart", "run_figures", "task_label", "task_order"]

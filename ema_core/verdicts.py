@@ -1,0 +1,68 @@
+"""The one rule every page judges a paper claim by: a difference against the seeds' spread.
+
+Pure arithmetic (no torch, no pandas, no store), read by each study's findings:
+
+* **paired** (:class:`Spread`, :func:`spread`): a difference Δ formed within each seed (the same
+  data, the same initialisation), averaged over the seeds; its spread is the sample std of Δ
+  across seeds.  The structure and boundary studies, whose runs pair by seed.
+* **pooled** (:func:`pooled_std`): two groups of seeds compared by their means, against the pooled
+  std of the two groups.  The content study's ablation, whose variants may hold different seeds.
+
+Either way Δ is *beyond the seeds' spread* when |Δ| ≥ ``VERDICT_K`` × that std, and a spread needs
+``VERDICT_MIN_SEEDS`` seeds; a claim "Δ > 0" is then reproduced, not reproduced, or inconclusive
+(:func:`judge`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+VERDICT_K = 2.0        # "beyond the seeds' spread": |mean Δ| ≥ VERDICT_K × the std of Δ
+VERDICT_MIN_SEEDS = 2  # a spread needs two seeds
+VERDICT_WORDS = {"reproduced": "reproduced", "not_reproduced": "not reproduced", "inconclusive": "inconclusive"}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A per-seed quantity across seeds: its mean, sample std (NaN with one seed) and seeds."""
+
+    mean: float
+    std: float
+    n: int
+
+    @property
+    def beyond(self) -> bool | None:
+        """|mean| ≥ VERDICT_K × std (None: too few seeds to have a spread)."""
+        if self.n < VERDICT_MIN_SEEDS or not math.isfinite(self.std) or not math.isfinite(self.mean):
+            return None
+        return abs(self.mean) >= VERDICT_K * self.std
+
+    def shifted(self, level: float) -> "Spread":
+        """The spread of (value − level): the same std and seeds."""
+        return Spread(self.mean - level, self.std, self.n)
+
+
+def spread(values: Iterable[float | None]) -> Spread:
+    """Mean, sample std and count of the finite values (the missing and non-finite are left out)."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return Spread(math.nan, math.nan, 0)
+    mean = math.fsum(vals) / len(vals)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else math.nan
+    return Spread(mean, std, len(vals))
+
+
+def judge(delta: Spread) -> str:
+    """The verdict of the claim "Δ > 0": a key of VERDICT_WORDS (inconclusive within the spread)."""
+    beyond = delta.beyond
+    if beyond is None or not beyond:
+        return "inconclusive"
+    return "reproduced" if delta.mean > 0 else "not_reproduced"
+
+
+def pooled_std(s1: float, n1: int, s2: float, n2: int) -> float:
+    """√(((n₁−1)s₁² + (n₂−1)s₂²)/(n₁+n₂−2)); NaN when either side has fewer than VERDICT_MIN_SEEDS seeds."""
+    if min(n1, n2) < VERDICT_MIN_SEEDS or any(v is None or not math.isfinite(v) for v in (s1, s2)):
+        return math.nan
+    return math.sqrt(((n1 - 1) * s1 * s1 + (n2 - 1) * s2 * s2) / (n1 + n2 - 2))

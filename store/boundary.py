@@ -1,0 +1,50 @@
+"""The boundary study's queries (PAPER.md §4.4): every context mixer's accuracy on structure and content
+tasks, distance by distance.  Its runs are ``queries.list_runs(kind="boundary")``; its verdicts are
+:mod:`ema_core.boundary_findings`' on these rows."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ema_core.boundary_findings import MIXER_ORDER, TASK_ORDER
+
+from . import export
+from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, register_run_table
+
+
+def boundary_accuracy(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """Every cell's accuracy: run_id, seed (the cell's: a run holds several), run_seed (the run's, its
+    first), mixer, task, difficulty, level, seq_len, accuracy (test), dev_accuracy, chance, lr (chosen
+    on dev), train_loss, state_floats, params.
+
+    Mixers in the hierarchy's order (a researcher's own after them, by name), tasks in the
+    study's order, then by level (k, or MQAR's pairs), MQAR's length, seed and run.
+    """
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, r.seed AS run_seed, t.mixer, t.task, t.difficulty, t.level, t.seq_len,
+                   t.accuracy, t.dev_accuracy, t.chance, t.lr, t.train_loss, t.state_floats, t.params
+            FROM boundary_accuracy t JOIN runs r USING (run_id)
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($mixers::VARCHAR[], t.mixer) NULLS LAST, t.mixer,
+                     list_position($tasks::VARCHAR[], t.task) NULLS LAST, t.task,
+                     t.level, t.seq_len, t.difficulty, t.seed, t.run_id""",
+        {"ids": id_list(run_ids), "mixers": list(MIXER_ORDER), "tasks": list(TASK_ORDER)}, home,
+    )
+
+
+def run_figures(rows: pd.DataFrame) -> list:
+    """The figures of one run's exported rows (the Export page offers them as SVG/PNG)."""
+    # altair: only when a figure is drawn, not on every `import store`
+    from ema_core.figures.boundary import run_figures as draw
+
+    return draw(rows)
+
+
+# Keyed by the cell (level, seq_len, state_floats and params follow from it: kept as columns, never
+# averaged); the rows carry their own seeds, in the order of the query above.
+register_run_table("boundary_accuracy", RunTable(
+    boundary_accuracy, ("mixer", "task", "difficulty", "level", "seq_len", "state_floats", "params"),
+    ("accuracy", "dev_accuracy", "chance", "lr", "train_loss"), seeds_in_rows=True, ordered=True))
+export.register_table("boundary_accuracy", "test accuracy of every context mixer per task and difficulty, "
+                                           "with chance and the learning rate chosen on dev", figures=run_figures)

@@ -1,0 +1,175 @@
+"""The boundary study's charts: each mixer in its palette colour, the map's colour is accuracy above chance,
+the window drawn as the floor, chance drawn, and every figure exports."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from ema_core import palette
+from ema_core.boundary_findings import normalised
+from ema_core.figures import chart_to_png, chart_to_svg
+from ema_core.figures.boundary import (CROSSING, FLOOR, TASK_LABELS, boundary_frame, crossing_chart, heat_map,
+                                       mixer_order, mqar_chart, run_figures)
+from ema_core.mixers import MIXERS
+from boundary_fixture import MIXERS as RUN_MIXERS, TINY
+
+
+@pytest.fixture(scope="module")
+def rows() -> pd.DataFrame:
+    # The experiment itself at tiny sizes: the charts read whatever it really writes.
+    from ema_core.experiments import REGISTRY, NullReporter, build_config
+
+    cfg = build_config("boundary", overrides=TINY)
+    return pd.DataFrame(REGISTRY["boundary"].run(cfg, NullReporter())["tables"]["boundary_accuracy"])
+
+
+def _spec(chart) -> dict:
+    # to_json goes through the strict JSON encoder: a NaN or ±inf left in the data would fail here.
+    return json.loads(chart.to_json())
+
+
+def _data(spec: dict) -> pd.DataFrame:
+    """Every row of every dataset of a chart, stacked."""
+    return pd.concat([pd.DataFrame(v) for v in spec.get("datasets", {}).values()], ignore_index=True)
+
+
+def _layers(spec: dict) -> list[dict]:
+    node = spec.get("spec", spec)
+    return node.get("layer", [node])
+
+
+def _color_map(layer: dict) -> dict:
+    scale = layer["encoding"]["color"]["scale"]
+    return dict(zip(scale["domain"], scale["range"]))
+
+
+def test_every_built_in_mixer_has_its_own_colour_and_any_other_a_stable_one():
+    assert list(palette.MIXER_COLORS) == list(MIXERS)  # declared once, in the hierarchy's order
+    colours = list(palette.MIXER_COLORS.values())
+    assert len(set(colours)) == len(colours)
+    # The floor must not read as the chance lines drawn beside it.
+    assert palette.mixer_color(FLOOR) != palette.REFERENCE_COLOR
+    mine = palette.mixer_color("my_own_mixer")
+    assert mine == palette.mixer_color("my_own_mixer") and mine.startswith("#") and len(mine) == 7
+    assert palette.mixer_color("ema") == palette.MIXER_COLORS["ema"]
+
+
+def test_mixers_follow_the_registry_and_unknown_ones_come_after():
+    assert mixer_order(["softmax", "zz_mine", "ema", "window_k", "aa_mine"]) == \
+        ["window_k", "ema", "softmax", "aa_mine", "zz_mine"]
+    assert set(TASK_LABELS) == set(CROSSING) | {"mqar", "lag_identity"}
+
+
+def test_the_frame_is_a_mean_over_seeds_with_its_spread(rows):
+    frame = boundary_frame(rows)
+    assert (frame["n"] == TINY["seeds"]).all()
+    assert list(dict.fromkeys(frame["mixer"])) == list(RUN_MIXERS)
+    cell = rows[(rows["mixer"] == "ema") & (rows["task"] == "agree_content") & (rows["difficulty"] == "k=8")]
+    got = frame[(frame["mixer"] == "ema") & (frame["task"] == "agree_content") & (frame["difficulty"] == "k=8")].iloc[0]
+    assert got["mean"] == pytest.approx(cell["accuracy"].mean())
+    assert got["std"] == pytest.approx(cell["accuracy"].std(ddof=1))
+
+
+def test_the_maps_colour_is_accuracy_above_chance_and_its_text_the_accuracy(rows):
+    spec = _spec(heat_map(boundary_frame(rows)))
+    cells, undefined, text = _layers(spec)
+    assert cells["mark"]["type"] == "rect" and cells["encoding"]["color"]["field"] == "above"
+    assert cells["encoding"]["color"]["scale"]["range"] == list(palette.ABOVE_CHANCE_COLORS)
+    assert undefined["mark"]["color"] == palette.REFERENCE_COLOR  # where above chance is undefined
+    assert text["encoding"]["text"]["field"] == "text"
+    assert spec["facet"]["column"]["field"] == "task_label"
+    data = _data(spec)
+    assert set(data["mixer"]) == set(RUN_MIXERS)
+    assert len(data) == rows.groupby(["mixer", "task", "difficulty"]).ngroups  # every cell of the grid
+    for r in data.itertuples():
+        seeds = rows[(rows["mixer"] == r.mixer) & (rows["task"] == r.task) & (rows["difficulty"] == r.difficulty)]
+        above = [normalised(a, c) for a, c in zip(seeds["accuracy"], seeds["chance"])]
+        assert r.above == pytest.approx(sum(above) / len(above))
+        assert r.text == f"{seeds['accuracy'].mean():.2f}"
+    # Rows of the map in the registry's order.
+    assert cells["encoding"]["y"]["sort"] == list(RUN_MIXERS)
+
+
+def test_the_crossing_draws_each_mixer_in_its_colour_and_the_window_over_the_others(rows):
+    spec = _spec(crossing_chart(rows))  # the table's own rows are averaged first
+    layers = spec["layer"]
+    chance, *curves = layers
+    assert chance["mark"]["color"] == palette.REFERENCE_COLOR and chance["encoding"]["y"]["field"] == "chance"
+    lines = [layer for layer in curves if layer["mark"]["type"] == "line"]
+    for line in lines:
+        assert _color_map(line) == {m: palette.mixer_color(m) for m in RUN_MIXERS}
+        assert line["encoding"]["x"]["scale"]["type"] == "log" and line["encoding"]["x"]["scale"]["base"] == 2
+        dash = line["encoding"]["strokeDash"]["scale"]
+        assert dash["domain"] == [label for label, _ in CROSSING.values()]
+        assert dash["range"][0] == [1, 0]  # structure solid, content dashed
+    # The floor: a layer of its own, drawn last (on top) and thicker than every other curve.
+    floor = lines[-1]
+    floor_rows = pd.DataFrame(spec["datasets"][floor["data"]["name"]])
+    assert set(floor_rows["mixer"]) == {FLOOR}
+    assert floor["mark"]["strokeWidth"] > max(line["mark"]["strokeWidth"] for line in lines[:-1])
+    data = _data(spec)
+    assert set(data["mixer"].dropna()) == set(RUN_MIXERS)
+    assert set(data["variant"].dropna()) == {label for label, _ in CROSSING.values()}
+    # Chance per variant and distance: the mean over every mixer's and seed's cells.
+    chance_rows = pd.DataFrame(spec["datasets"][chance["data"]["name"]])
+    structure = rows[(rows["task"] == "agree_structure") & (rows["level"] == 8)]["chance"].mean()
+    got = chance_rows[(chance_rows["variant"] == CROSSING["agree_structure"][0]) & (chance_rows["level"] == 8)]
+    assert got["chance"].iloc[0] == pytest.approx(structure)
+
+
+def test_the_mqar_chart_puts_recall_against_state_size(rows):
+    spec = _spec(mqar_chart(rows))
+    layers = _layers(spec)
+    points = next(layer for layer in layers if layer["mark"]["type"] == "point")
+    assert _color_map(points) == {m: palette.mixer_color(m) for m in RUN_MIXERS}
+    assert points["encoding"]["x"]["field"] == "state_floats" and points["encoding"]["x"]["scale"]["type"] == "log"
+    chance = next(layer for layer in layers if layer["mark"]["type"] == "rule" and "color" in layer["mark"])
+    assert chance["mark"]["color"] == palette.REFERENCE_COLOR
+    data = _data(spec)
+    assert set(data["task"]) == {"mqar"} and set(data["mixer"]) == set(RUN_MIXERS)
+    assert spec["facet"]["field"] == "difficulty" and spec["facet"]["sort"] == ["pairs=2,T=16", "pairs=4,T=16"]
+
+
+def test_a_mixer_of_ones_own_is_drawn_after_the_built_in_ones_in_a_stable_colour(rows):
+    mine = rows[rows["mixer"] == "ema"].assign(mixer="my_mixer")
+    both = pd.concat([mine, rows], ignore_index=True)
+    spec = _spec(crossing_chart(both))
+    line = next(layer for layer in spec["layer"] if "color" in layer.get("encoding", {}))
+    assert list(_color_map(line)) == [*RUN_MIXERS, "my_mixer"]
+    assert _color_map(line)["my_mixer"] == palette.mixer_color("my_mixer")
+    heat = _spec(heat_map(both))
+    assert _layers(heat)[0]["encoding"]["y"]["sort"] == [*RUN_MIXERS, "my_mixer"]
+
+
+def test_one_seed_draws_no_error_bars(rows):
+    one = boundary_frame(rows[rows["seed"] == rows["seed"].min()])
+    assert (one["n"] == 1).all() and one["std"].isna().all()
+    spec = json.dumps(_spec(crossing_chart(one)))
+    assert "one seed (no error bars)" in spec
+
+
+def test_the_run_figures_export_as_svg_and_png(rows):
+    figures = run_figures(rows)
+    assert [stem for stem, _ in figures] == ["boundary_map", "boundary_crossing", "boundary_mqar"]
+    for _, chart in figures:
+        svg = chart_to_svg(chart)
+        assert svg.lstrip().startswith("<svg") and "…" not in svg
+        assert chart_to_png(chart, scale=1).startswith(b"\x89PNG")
+    assert "agreement:" in chart_to_svg(figures[0][1])
+    # Only the map where a run holds no agreement or MQAR task.
+    lag = rows[rows["task"] == "lag_identity"]
+    assert [stem for stem, _ in run_figures(lag)] == ["boundary_map"]
+    assert run_figures(rows.iloc[0:0]) == []
+
+
+def test_an_undefined_above_chance_is_left_out_of_the_colour_not_the_map(rows):
+    sure = rows.head(1).assign(chance=1.0)
+    frame = boundary_frame(sure)
+    assert len(frame) == 1 and math.isnan(frame["above"].iloc[0])
+    chart = heat_map(frame)
+    _spec(chart)  # strict JSON: the NaN went out as null
+    svg = chart_to_svg(chart)
+    assert f'fill="{palette.REFERENCE_COLOR}"' in svg and f"{frame['mean'].iloc[0]:.2f}" in svg

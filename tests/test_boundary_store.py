@@ -1,0 +1,222 @@
+"""The boundary map in the store: a real run ingested and read back, its rows checked on the way in,
+exported as mean ± std across the seeds one run holds, and an older store file migrated to hold it."""
+import copy
+import io
+import math
+import re
+import statistics
+
+import duckdb
+import pandas as pd
+import pytest
+
+from ema_core.rundir import RunDir, run_id_for
+from store import schema
+from store.boundary import boundary_accuracy
+from store.db import check, open_store, store_path
+from store.export import EXPORT_TABLES, export_table, render_table
+from store.ingest import ingest
+from store.queries import GROUPABLE, grouped, list_runs
+
+KIND = "boundary"
+# Seconds on a CPU: two mixers, every task, two distances, one MQAR size, two seeds in one run.
+TINY = {"mixers": "window_k,ema", "distances": "1,2", "mqar_pairs": "2", "mqar_len": "16", "data.seq_len": 16,
+        "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "train.steps": 3, "train.lrs": "0.01",
+        "model.d": 16, "seeds": 2}
+COLUMNS = ["run_id", "seed", "run_seed", "mixer", "task", "difficulty", "level", "seq_len", "accuracy",
+           "dev_accuracy", "chance", "lr", "train_loss", "state_floats", "params"]
+CELL = ["mixer", "task", "difficulty", "seed"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(h))
+    return h
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """One real run of the experiment, in-process: (config, events, result)."""
+    from ema_core.experiments import NullReporter, build_config, get_experiment
+
+    cfg = build_config(KIND, overrides=TINY)
+    reporter = NullReporter()
+    result = get_experiment(KIND).run(cfg, reporter)
+    return cfg.model_dump(mode="json"), reporter.events, result
+
+
+def write_run(config, events, result, seed=0) -> RunDir:
+    """A finished run folder, as a worker leaves it (not yet ingested)."""
+    config = {**config, "seed": seed}
+    rd = RunDir.for_id(run_id_for(KIND, config, seed))
+    rd.create(KIND, config, seed)
+    rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0)
+    rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
+    rd.write_result(copy.deepcopy(result))
+    rd.write_status(state="done", ended="2026-01-01T00:01:00+00:00", progress=1.0)
+    return rd
+
+
+def test_a_real_run_goes_in_and_comes_back(home, tiny):
+    cfg, events, result = tiny
+    rd = write_run(cfg, events, result)
+    report = ingest()
+    assert report["errors"] == [] and report["results"] == 1 and report["unknown_tables"] == {}
+    df = boundary_accuracy()
+    assert list(df.columns) == COLUMNS
+    rows = result["tables"]["boundary_accuracy"]
+    assert len(rows) == len(df) == 2 * 2 * (3 * 2 + 1)  # seeds × mixers × (3 tasks × 2 distances + 1 MQAR size)
+    assert set(df["run_id"]) == {rd.run_id} and set(df["run_seed"]) == {0} and sorted(set(df["seed"])) == [0, 1]
+    stored = {tuple(r[c] for c in CELL): r for r in df.to_dict("records")}
+    for r in rows:  # every number as the run wrote it
+        got = stored[tuple(r[c] for c in CELL)]
+        assert {c: got[c] for c in r} == r
+    # The hierarchy's order (window before EMA), then the study's task order, distance, seed.
+    assert df["mixer"].tolist() == ["window_k"] * 14 + ["ema"] * 14
+    window = df[df["mixer"] == "window_k"]
+    assert window["task"].tolist()[::4][:3] == ["agree_structure", "agree_content", "mqar"]
+    assert window[["difficulty", "seed"]].values.tolist()[:4] == [["k=1", 0], ["k=1", 1], ["k=2", 0], ["k=2", 1]]
+    assert boundary_accuracy([rd.run_id]).equals(df) and boundary_accuracy([]).empty
+    assert list_runs(kind=KIND)["run_id"].tolist() == [rd.run_id]
+
+
+def test_rows_sort_by_the_hierarchy_not_the_alphabet(home):
+    cells = [("softmax", "mqar", "pairs=4,T=64", 4), ("mine", "agree_structure", "k=2", 2),
+             ("ema", "lag_identity", "k=16", 16), ("ema", "lag_identity", "k=2", 2),
+             ("ema", "agree_structure", "k=16", 16), ("window_k", "mqar", "pairs=4,T=64", 4)]
+    rows = [{"mixer": m, "task": t, "difficulty": d, "level": k, "seed": 3, "accuracy": 0.5, "chance": 0.25}
+            for m, t, d, k in cells]
+    write_run({"mixers": ["x"]}, [], {"summary": {}, "tables": {"boundary_accuracy": rows}}, seed=3)
+    assert ingest()["errors"] == []
+    df = boundary_accuracy()
+    assert df[["mixer", "task", "difficulty"]].values.tolist() == [
+        ["window_k", "mqar", "pairs=4,T=64"], ["ema", "agree_structure", "k=16"], ["ema", "lag_identity", "k=2"],
+        ["ema", "lag_identity", "k=16"], ["softmax", "mqar", "pairs=4,T=64"], ["mine", "agree_structure", "k=2"]]
+    assert df["seq_len"].isna().all()  # a value the run did not write is stored as missing
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: r.pop("seed"), r"tables.boundary_accuracy\[3\] lacks 'seed', part of the table's key"),
+    (lambda r: r.pop("difficulty"), r"tables.boundary_accuracy\[3\] lacks 'difficulty'"),
+    (lambda r: r.update(accuracy="high"), r"tables.boundary_accuracy\[3\].accuracy must be a number, got 'high'"),
+    (lambda r: r.update(seed=1.5), r"tables.boundary_accuracy\[3\].seed must be a whole number, got 1.5"),
+    (lambda r: r.update(level="k=2"), r"tables.boundary_accuracy\[3\].level must be a number"),
+    (lambda r: r.update(acuracy=0.5), r"tables.boundary_accuracy\[3\] has unknown column\(s\) \['acuracy'\]"),
+    (lambda r: r.update(seed=0, mixer="window_k", task="agree_structure", difficulty="k=1"),
+     r"tables.boundary_accuracy\[3\] repeats the key"),
+])
+def test_a_damaged_row_is_refused_naming_its_column(home, tiny, damage, message):
+    cfg, events, result = tiny
+    bad = copy.deepcopy(result)
+    damage(bad["tables"]["boundary_accuracy"][3])
+    rd = write_run(cfg, events, bad)
+    report = ingest()
+    (error,) = report["errors"]
+    assert error["run_id"] == rd.run_id
+    assert re.search(message, error["error"]), error["error"]
+    assert boundary_accuracy().empty and report["results"] == 0
+    assert list_runs(kind=KIND)["status"].tolist() == ["done"]  # the run itself is in; its rows are not
+    # Mended, the next ingest takes the rows.
+    rd.write_result(copy.deepcopy(result))
+    assert ingest()["errors"] == [] and len(boundary_accuracy()) == 28
+
+
+def test_grouped_exports_spread_over_the_seeds_of_one_run(home, tiny):
+    cfg, events, result = tiny
+    write_run(cfg, events, result)
+    assert ingest()["errors"] == []
+    rows = pd.DataFrame(result["tables"]["boundary_accuracy"])
+    spec = GROUPABLE["boundary_accuracy"]
+    assert spec.seeds_in_rows and EXPORT_TABLES["boundary_accuracy"].figures is not None
+
+    g = pd.read_csv(io.StringIO(render_table("boundary_accuracy", "csv", grouped=True)))
+    assert list(g.columns) == ["config_id", "kind", "mixer", "task", "difficulty", "level", "seq_len", "state_floats",
+                               "params", "runs", "n", "seeds", "accuracy_mean", "accuracy_std", "dev_accuracy_mean",
+                               "dev_accuracy_std", "chance_mean", "chance_std", "lr_mean", "lr_std",
+                               "train_loss_mean", "train_loss_std"]
+    assert len(g) == 14 and (g["runs"] == 1).all() and (g["n"] == 2).all() and (g["seeds"] == "0,1").all()
+    # In the study's order: the window's cells first, distances 1 then 2, MQAR after the agreement tasks.
+    assert g["mixer"].tolist() == ["window_k"] * 7 + ["ema"] * 7
+    assert g["difficulty"].tolist()[:7] == ["k=1", "k=2", "k=1", "k=2", "pairs=2,T=16", "k=1", "k=2"]
+    for r in g.itertuples():
+        cell = rows[(rows.mixer == r.mixer) & (rows.task == r.task) & (rows.difficulty == r.difficulty)]
+        accs = cell["accuracy"].tolist()
+        assert r.accuracy_mean == pytest.approx(statistics.mean(accs))
+        assert r.accuracy_std == pytest.approx(statistics.stdev(accs), abs=1e-12)  # sample std, ddof 1
+        assert r.lr_mean == pytest.approx(0.01)
+
+    # Markdown and LaTeX: one "mean ± std" cell per value, three decimals for accuracies below 10.
+    spread = next(r for r in g.itertuples() if r.accuracy_std > 0.0005)
+    cell = f"{spread.accuracy_mean:.3f} ± {spread.accuracy_std:.3f}"
+    md = render_table("boundary_accuracy", "markdown", grouped=True)
+    line = next(x for x in md.splitlines()[2:]
+                if f"| {spread.mixer} | {spread.task} | {spread.difficulty} |" in x)
+    assert f"| {cell} |" in line and "| 1 | 2 | 0,1 |" in line
+    tex = export_table("boundary_accuracy", "latex", grouped=True).read_text(encoding="utf-8")
+    assert cell.replace("±", r"$\pm$") in tex
+    assert "from 1 run; seeds 0, 1." in tex and r"\label{tab:boundary_accuracy_grouped}" in tex
+    # Not grouped: one row per cell and seed, the caption counting the run's seeds.
+    flat = pd.read_csv(export_table("boundary_accuracy", "csv"))
+    assert len(flat) == 28 and list(flat.columns)[:3] == ["run_id", "seed", "run_seed"]
+    assert "from 1 run; seeds 0, 1." in render_table("boundary_accuracy", "latex")
+
+
+def test_runs_of_one_config_pool_their_seeds(home):
+    """Two runs that differ only by their first seed: one group of four seeds from two runs."""
+    accs = {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.8}
+    for first in (0, 2):
+        rows = [{"mixer": "ema", "task": "mqar", "difficulty": "pairs=4,T=64", "level": 4, "seed": s,
+                 "accuracy": accs[s], "chance": 0.01} for s in (first, first + 1)]
+        write_run({"seeds": 2, "steps": 10}, [], {"summary": {}, "tables": {"boundary_accuracy": rows}}, seed=first)
+    write_run({"seeds": 2, "steps": 20}, [], {"summary": {}, "tables": {"boundary_accuracy": [
+        {"mixer": "ema", "task": "mqar", "difficulty": "pairs=4,T=64", "level": 4, "seed": 0, "accuracy": 0.9,
+         "chance": 0.01}]}}, seed=0)
+    assert ingest()["errors"] == []
+    g = grouped("boundary_accuracy").set_index("steps")
+    assert g.loc[10, ["runs", "n", "seeds"]].tolist() == [2, 4, "0,1,2,3"]
+    assert g.loc[10, "accuracy_mean"] == pytest.approx(0.65)
+    assert g.loc[10, "accuracy_std"] == pytest.approx(statistics.stdev(accs.values()))
+    assert g.loc[20, ["runs", "n", "seeds"]].tolist() == [1, 1, "0"] and math.isnan(g.loc[20, "accuracy_std"])
+    tex = render_table("boundary_accuracy", "latex", grouped=True)
+    assert "from 3 runs; seeds 0, 1, 2, 3." in tex and r"0.650 $\pm$ 0.129" in tex
+
+
+def test_a_version_1_store_migrates_to_2_keeping_its_rows(home, monkeypatch, tiny):
+    old = RunDir.for_id(run_id_for("dilution", {"vocab": 16}, 0))
+    old.create("dilution", {"vocab": 16}, 0)
+    old.append_events([{"seq": 0, "step": 1, "metrics": {"loss": 2.5}}])
+    old.write_status(state="done")
+    old.write_result({"summary": {"a": 1}, "tables": {"dilution_accuracy": [
+        {"feature": "word", "lag": 2, "accuracy": 0.75, "chance": 0.0625}]}})
+    with monkeypatch.context() as release_1:
+        # The store as the release before this table wrote it: the first migration only.
+        release_1.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+        release_1.setattr(schema, "RESULT_TABLES", {k: v for k, v in schema.RESULT_TABLES.items()
+                                                    if k != "boundary_accuracy"})
+        assert ingest()["errors"] == []
+    conn = duckdb.connect(str(store_path()), read_only=True)
+    try:
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (1,)
+        names = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        assert "dilution_accuracy" in names and "boundary_accuracy" not in names
+    finally:
+        conn.close()
+
+    # A reader of today's code upgrades it first, and every row of the older file is still there.
+    with open_store(readonly=True) as conn:
+        assert conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall() == [
+            (1, "m001_initial"), (2, "m002_boundary")]
+        assert conn.execute("SELECT run_id, kind, summary FROM runs").fetchall() == [
+            (old.run_id, "dilution", '{"a":1}')]
+        assert conn.execute("SELECT key, value FROM metrics").fetchall() == [("loss", 2.5)]
+        assert conn.execute("SELECT feature, lag, accuracy, chance FROM dilution_accuracy").fetchall() == [
+            ("word", 2, 0.75, 0.0625)]
+        assert conn.execute("SELECT count(*) FROM boundary_accuracy").fetchone() == (0,)
+    report = check()
+    assert report["ok"] and report["schema_version"] == 2 and report["tables"]["boundary_accuracy"] == 0
+    # The upgraded store takes a boundary run beside the older one.
+    cfg, events, result = tiny
+    write_run(cfg, events, result)
+    assert ingest()["errors"] == [] and len(boundary_accuracy()) == 28
+    assert sorted(list_runs()["kind"]) == ["boundary", "dilution"]
