@@ -1,13 +1,15 @@
 """Resources the pages share for the life of the server (not per session)."""
 from __future__ import annotations
 
+import json
 from typing import Callable, Iterable, TypeVar
 
+import pandas as pd
 import streamlit as st
 
 from ema_core.rundir import RESUMABLE_STATES, emalab_home
 from jobs.runner import LocalRunner, existing_run, next_free_seed
-from store import StorageError, StoreError, ingest
+from store import StorageError, StoreError, config_id, ingest
 
 T = TypeVar("T")
 
@@ -128,6 +130,26 @@ def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], obje
         del st.session_state[key]  # a run left the store: fall back to the default
     return st.multiselect(label, options, default=[r for r in options if group_of(r) == newest],
                           format_func=format_func, key=key)
+
+
+def pick_config_seeds(done, kind: str, label: str, key: str, launch_section: Callable[[], None]):
+    """The finished runs of one study a page shows, grouped by config (newest first, seeds in order
+    within one); with nothing picked, says so, offers the launch and stops the page.
+
+    Returns (picked run ids, config by run, config id by run, seed by run)."""
+    configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
+    cid = {run_id: config_id(kind, cfg) for run_id, cfg in configs.items()}
+    seed_of = dict(zip(done["run_id"], done["seed"]))
+    picked = pick_runs(
+        label, done["run_id"], cid.get,
+        lambda r: (pd.isna(seed_of[r]), seed_of[r] if pd.notna(seed_of[r]) else 0, r),
+        format_func=lambda r: f"seed {seed_of[r]} · config {cid[r]} · {r}", key=key,
+    )
+    if not picked:
+        st.info("Pick at least one run.")
+        launch_section()
+        st.stop()
+    return picked, configs, cid, seed_of
 
 
 def finished_runs(runs, what: str, per: str, launch_section: Callable[[], None]):

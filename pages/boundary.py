@@ -1,7 +1,6 @@
 """Boundary map: every context mixer on structure and content tasks, distance by distance."""
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import streamlit as st
@@ -14,9 +13,9 @@ from ema_core.figures.boundary import (CROSSING, FLOOR, boundary_frame, crossing
                                        task_label, task_order)
 from ema_core.mixers import MIXERS
 from pages._router import ensure_router
-from pages._state import finished_runs, launch, pick_runs, read_store
+from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
-from store import StoreError, config_id, config_without_seed, list_runs, mean_std_cells
+from store import StoreError, config_without_seed, list_runs, mean_std_cells
 from store.boundary import boundary_accuracy
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -119,18 +118,7 @@ runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
 done = finished_runs(runs, "boundary", "one run per preset and seed", launch_section)
 
-configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
-cid = {run_id: config_id(KIND, cfg) for run_id, cfg in configs.items()}
-seed_of = dict(zip(done["run_id"], done["seed"]))
-picked = pick_runs(
-    "Runs (default: every run of the newest config)", done["run_id"], cid.get,
-    lambda r: (pd.isna(seed_of[r]), seed_of[r] if pd.notna(seed_of[r]) else 0, r),
-    format_func=lambda r: f"seed {seed_of[r]} · config {cid[r]} · {r}", key="boundary_runs",
-)
-if not picked:
-    st.info("Pick at least one run.")
-    launch_section()
-    st.stop()
+picked, configs, cid, seed_of = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)", "boundary_runs", launch_section)
 picked_configs = sorted({cid[r] for r in picked})
 if len(picked_configs) > 1:
     st.warning(f"The runs picked come from {len(picked_configs)} different configs; mean ± std then mixes them.")

@@ -1,7 +1,6 @@
 """Structure: what a linear probe reads from SPCN's traces, role by role, beside a supervised BiGRU."""
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import streamlit as st
@@ -11,9 +10,9 @@ from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_
                                         role_accuracy_chart, role_accuracy_frame)
 from ema_core.grammar import ROLES
 from pages._router import ensure_router
-from pages._state import finished_runs, launch, pick_runs, read_store
+from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
-from store import StoreError, config_id, config_without_seed, list_runs, mean_std_cells
+from store import StoreError, config_without_seed, list_runs, mean_std_cells
 from store.structure import probe_accuracy_stats, probe_control, structure_headlines, structure_verdicts
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -140,19 +139,7 @@ runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
 done = finished_runs(runs, "structure", "one run per seed", launch_section)
 
-configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
-cid = {run_id: config_id(KIND, cfg) for run_id, cfg in configs.items()}
-seed_of = dict(zip(done["run_id"], done["seed"]))
-# Newest config first (list_runs is newest first), seeds in order within a config.
-picked = pick_runs(
-    "Runs (default: every seed of the newest config)", done["run_id"], cid.get,
-    lambda r: (pd.isna(seed_of[r]), seed_of[r] if pd.notna(seed_of[r]) else 0, r),
-    format_func=lambda r: f"seed {seed_of[r]} · config {cid[r]} · {r}", key="structure_runs",
-)
-if not picked:
-    st.info("Pick at least one run.")
-    launch_section()
-    st.stop()
+picked, configs, cid, seed_of = pick_config_seeds(done, KIND, "Runs (default: every seed of the newest config)", "structure_runs", launch_section)
 picked_configs = sorted({cid[r] for r in picked})
 seeds = sorted(int(seed_of[r]) for r in picked if pd.notna(seed_of[r]))
 st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · config {', '.join(picked_configs)} · "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ema_core.rundir import RunDir, run_id_for
+from finished_run import write_finished_run
 from store import ingest
 
 KIND = "boundary"
@@ -36,13 +36,7 @@ def make_boundary_runs(home: Path, seeds=(0,), overrides: dict | None = None) ->
     run_ids = []
     for seed in seeds:
         cfg, events, result = _real_run(int(seed), overrides)
-        rd = RunDir.for_id(run_id_for(KIND, cfg, int(seed)), home)
-        rd.create(KIND, cfg, int(seed))
-        rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0)
-        rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
-        rd.write_result(result)
-        rd.write_status(state="done", ended="2026-01-01T00:01:00+00:00", progress=1.0)
-        run_ids.append(rd.run_id)
+        run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result))
     report = ingest(home, run_ids)
     assert report["errors"] == [], report["errors"]
     return run_ids

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ema_core.grammar import EMBEDDED_STRUCTURES, N_STRUCTURES, ROLES, template
-from ema_core.rundir import RunDir, run_id_for
+from finished_run import write_finished_run
 from store import ingest
 
 KIND = "structure"
@@ -118,13 +118,7 @@ def make_structure_runs(home: Path, seeds=(0, 1), config: dict | None = None, *,
             cfg = {**(config or {"preset": "test", "n_sentences": 200}), "seed": int(seed)}
             events = [(i, {"spcn/pred_error": 1.0 / (i + 1), "bigru/loss": 2.0 / (i + 1)}) for i in range(5)]
             result = synthetic_result(int(seed))
-        rd = RunDir.for_id(run_id_for(KIND, cfg, int(seed)), home)
-        rd.create(KIND, cfg, int(seed))
-        rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0)
-        rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
-        rd.write_result(result)
-        rd.write_status(state="done", ended="2026-01-01T00:01:00+00:00", progress=1.0)
-        run_ids.append(rd.run_id)
+        run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result))
     report = ingest(home, run_ids)
     assert report["errors"] == [], report["errors"]
     return run_ids

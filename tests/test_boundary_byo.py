@@ -18,7 +18,7 @@ import test_mixers
 from apptest import ok, open_page
 from ema_core.experiments import REGISTRY, NullReporter, build_config
 from ema_core.mixers import MIXERS
-from ema_core.rundir import RunDir, run_id_for
+from finished_run import write_finished_run
 from store import export_table, ingest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -62,13 +62,8 @@ def test_the_readme_mixer_is_trained_stored_shown_and_exported(registered, tmp_p
     cfg = build_config("boundary", overrides=overrides)
     result = REGISTRY["boundary"].run(cfg, NullReporter())  # in this process: the registry line is here
     assert NAME in result["summary"]["map"] and result["summary"]["state_floats"][NAME] == 2 * 16
-    config = cfg.model_dump(mode="json")
-    rd = RunDir.for_id(run_id_for("boundary", config, 0), home)
-    rd.create("boundary", config, 0)
-    rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0)
-    rd.write_result(result)
-    rd.write_status(state="done", ended="2026-01-01T00:01:00+00:00", progress=1.0)
-    report = ingest(home, [rd.run_id])
+    run_id = write_finished_run(home, "boundary", cfg.model_dump(mode="json"), 0, [], result)
+    report = ingest(home, [run_id])
     assert report["errors"] == [], report["errors"]
 
     monkeypatch.setenv("EMALAB_HOME", str(home))
@@ -77,5 +72,5 @@ def test_the_readme_mixer_is_trained_stored_shown_and_exported(registered, tmp_p
     shown = " ".join(str(x.value) for x in [*at.markdown, *at.caption]) + " ".join(
         d.value.to_string() for d in at.dataframe)
     assert NAME in shown
-    path = export_table("boundary_accuracy", "csv", run_ids=[rd.run_id], home=home)
+    path = export_table("boundary_accuracy", "csv", run_ids=[run_id], home=home)
     assert NAME in Path(path).read_text(encoding="utf-8")
