@@ -31,8 +31,9 @@ CHECKPOINT_FORMAT = 1
 
 
 def known_mixers() -> tuple[str, ...]:
-    # Read at validation time, not import time: a mixer registered after this module loaded (a
-    # researcher's own, see the README) is a valid choice too.
+    # ema_core.mixers brings the scan (numba), and the registry (so every CLI command and worker)
+    # imports this module: the mixers load when a boundary config is built, not before.  The
+    # registry is read each time, so a mixer added to it (see the README) is a valid choice.
     from ema_core.mixers import MIXERS
 
     return tuple(MIXERS)
