@@ -38,6 +38,9 @@ CLAIMS = [
      "abstract, summaries", "pages/structure.py", "Structure"),
     ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, "
      "and swapping its predictor for attention changes nothing.", "abstract, summaries", "pages/content.py", "Content"),
+    ("The boundary itself: fixed-decay EMA < fixed-decay linear attention < data-dependent decay < softmax "
+     "attention, structure kept and content lost as the distance grows — argued in the paper, measured here "
+     "on the same tasks for every mechanism.", "title, discussion", "pages/boundary.py", "Boundary map"),
 ]
 for claim, source, page, label in CLAIMS:
     with st.container(border=True):
