@@ -23,7 +23,9 @@ from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_f
 # attention input of the SPEN it was sized to.  Runs are *comparable* when their configs agree once
 # the variant, the seed and the settings that cannot change a number are set aside.
 
-LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "train.log_every",
+# train.lr: each model trains at its own rate chosen on dev (the quick preset's train.lr=auto), which
+# belongs to the variant, not to what makes two runs comparable.
+LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "train.lr", "train.log_every",
                      "train.checkpoint_every")
 # A JSON merge patch (RFC 7396) that deletes those fields: what is left is the comparable config.  The
 # patch is nested as the config is (a merge patch recurses: {"train": {"log_every": null}} deletes
