@@ -5,9 +5,13 @@ click; a job launched from the Jobs page is watched, killed (its worker gets SIG
 finished, and its table downloaded as LaTeX from the Export page; the Overview's quick reproduction
 starts a job that the Jobs page then lists; a deep link into a fresh server still gets the app's
 router and navigation, and every page's own name (/overview included) opens that page; the
-Structure page draws finished structure runs and follows its split switch; the Content page draws
-real tiny language-model runs and follows its smoothing and log-axis controls; the Boundary map page
-draws a real tiny boundary run and states the paper's claims' verdicts.
+Structure page draws finished structure runs, follows its split switch and states what its runs show
+and the paper's claims' verdicts; the Content page draws real tiny language-model runs, follows its
+smoothing and log-axis controls and states the predictor ablation's verdict and SPEN ÷ GPT; the Trace
+dilution page says which limit applies (read-out, precision, noise) as its settings change; the
+Boundary map page draws a real tiny boundary run and states the paper's claims' verdicts.  Every
+verdict the browser must show is computed here from the same runs or settings, by the findings'
+own functions.
 """
 from __future__ import annotations
 
@@ -234,6 +238,78 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
         page.close()
 
 
+def _scroll_to_top(locator) -> None:
+    """Scroll ``locator``'s element to the top of the view: the screenshot shows what follows it."""
+    locator.evaluate("e => e.scrollIntoView({block: 'start'})")
+
+
+def _limit_texts(**settings) -> tuple[str, list[str]]:
+    """What the Trace dilution page says of which limit applies at these settings (the rest at their
+    defaults, the page's own), as the browser shows it: the summary's paragraph and one line per rate."""
+    from ema_core.config import DilutionConfig
+    from ema_core.dilution import limit_sentences, limit_summary, measure_identity
+
+    cfg = DilutionConfig(**settings)
+    limits = measure_identity(cfg).limits
+    lines = [line.removeprefix("- ").replace("**", "") for line in limit_sentences(limits, cfg, cfg.decoder)]
+    return f"Which limit applies here. {limit_summary(limits)}", lines
+
+
+def _says_limit(page, summary: str, lines: list[str], shot: str) -> None:
+    from playwright.sync_api import expect
+
+    said = page.get_by_text(summary, exact=True)
+    expect(said).to_be_visible()
+    for line in lines:
+        expect(page.get_by_text(line, exact=True)).to_be_visible()
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+    _scroll_to_top(page.get_by_role("heading", name="Measured", exact=True))
+    for text in (summary, *lines):
+        expect(page.get_by_text(text, exact=True)).to_be_in_viewport()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / shot))
+    _no_exception(page)
+
+
+def test_dilution_page_says_which_limit_applies(app_url, chromium_browser):
+    from playwright.sync_api import expect
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100})
+    try:
+        page.goto(app_url + "/dilution")
+        page.get_by_role("heading", name="Trace dilution").wait_for(timeout=WAIT_MS)
+        page.get_by_text("Measured in").wait_for(timeout=WAIT_MS)
+        # The defaults: the linear read-out loses the tokens long before the float32 trace does.
+        readout = _limit_texts()
+        assert readout[0].startswith("Which limit applies here. The read-out limits"), readout[0]
+        _says_limit(page, *readout, "dilution_limit.png")
+
+        # The peel on a bfloat16 trace: the fast rate's tokens are lost to the rounding.
+        sidebar = page.get_by_test_id("stSidebar")
+        sidebar.get_by_text("peel (knows the table)", exact=True).click()
+        sidebar.get_by_test_id("stSelectbox").filter(has_text="Precision").click()
+        page.get_by_role("option", name="bfloat16", exact=True).click()
+        precision = _limit_texts(decoder="peel", precision="bfloat16")
+        assert precision[0].startswith("Which limit applies here. Precision limits α=0.5"), precision[0]
+        _says_limit(page, *precision, "dilution_limit_precision.png")
+        expect(page.get_by_text(readout[0], exact=True)).to_have_count(0)
+
+        # The linear read-out again, on a trace with noise σ = 0.1 (the last step): the noise limits.
+        sidebar.get_by_text("linear (trained)", exact=True).click()
+        noise = sidebar.get_by_role("slider", name="Noise σ per coordinate")
+        noise.focus()
+        for _ in range(8):  # none, 1e-06, …, 0.1: one step a press
+            page.keyboard.press("ArrowRight")
+        expect(noise).to_have_attribute("aria-valuetext", "0.1")
+        noisy = _limit_texts(precision="bfloat16", noise=0.1)
+        assert noisy[0].startswith("Which limit applies here. Noise limits"), noisy[0]
+        _says_limit(page, *noisy, "dilution_limit_noise.png")
+        expect(page.get_by_text(precision[0], exact=True)).to_have_count(0)
+    finally:
+        page.close()
+
+
 def test_downloads_are_generated_on_click(app_url, chromium_browser):
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100}, accept_downloads=True)
     try:
@@ -434,13 +510,28 @@ def _tested_on(page, app_url: str, title: str, slug: str) -> None:
     assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == slug
 
 
+def _structure_verdicts(home: Path, run_ids: list[str]):
+    """The paper's claims judged and the findings stated for these runs, from their own result.json
+    (each run's summary and probe_accuracy rows, as bench/structure.py reads them): the page reads the
+    store, so the two must agree."""
+    from ema_core.rundir import RunDir
+    from ema_core.structure_findings import claim_measures, claim_verdicts, findings, pair_stats
+    from ema_core.verdicts import spread
+
+    results = [RunDir.for_id(run_id, home).read_result() for run_id in run_ids]
+    per_run = [claim_measures(r["summary"]) for r in results]
+    claims = claim_verdicts({m: spread(values[m] for values in per_run) for m in per_run[0]})
+    return claims, findings(pair_stats([r["tables"]["probe_accuracy"] for r in results]))
+
+
 def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
     from playwright.sync_api import expect
 
     from structure_fixture import make_structure_runs
 
     # Three seeds of the experiment itself (tiny sizes): the browser sees what a real run writes.
-    make_structure_runs(emalab_home, (0, 1, 2), real=True)
+    run_ids = make_structure_runs(emalab_home, (0, 1, 2), real=True)
+    claims, findings = _structure_verdicts(emalab_home, run_ids)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 3000}, accept_downloads=True)
     try:
@@ -477,6 +568,21 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "structure_deep.png"))
         _no_exception(page)
+
+        # What the runs show and the claims' verdicts (they do not depend on the split shown).
+        assert findings, "these runs should hold the findings' comparisons"
+        shows = page.get_by_role("heading", name="What these runs show")
+        for f in findings:
+            expect(page.get_by_text(f.sentence, exact=True)).to_be_visible()
+        page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
+        for v in claims:  # each claim's sentence, its Δ, spread and verdict word
+            expect(page.get_by_text(v.sentence, exact=True)).to_be_visible()
+        _scroll_to_top(shows)
+        for sentence in [f.sentence for f in findings] + [v.sentence for v in claims]:
+            expect(page.get_by_text(sentence, exact=True)).to_be_in_viewport()
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "structure_verdicts.png"))
+        _no_exception(page)
     finally:
         page.close()
 
@@ -485,10 +591,21 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     from playwright.sync_api import expect
 
     from lm_fixture import make_lm_runs
+    from store.content import ablation_verdict, lm_final_stats, verdict_number
+    from store.export import mean_std
 
     # Two seeds of GPT, SPEN linear, SPEN softmax attention on the state and on raw tokens: the
     # experiment itself at tiny sizes, so the browser sees what a real run writes.
-    make_lm_runs(emalab_home, ("gpt", "linear", "softmax_state", "softmax_tokens"), (0, 1), real=True)
+    run_ids = make_lm_runs(emalab_home, ("gpt", "linear", "softmax_state", "softmax_tokens"), (0, 1), real=True)
+    stats = lm_final_stats(run_ids, home=emalab_home)
+    verdict = ablation_verdict(stats)
+    # SPEN linear ÷ the GPT of the same seed, as the paper's table shows it (two decimals).
+    spen = stats[(stats["model"] == "spen") & (stats["predictor"] == "linear") & (stats["attn_input"] == "state")]
+    ratios = {what: mean_std(float(spen[f"{col}_mean"].iloc[0]), float(spen[f"{col}_std"].iloc[0]), 2)
+              for what, col in (("Perplexity, SPEN ÷ GPT", "ppl_ratio"), ("Bits per byte, SPEN ÷ GPT", "bpb_ratio"))}
+    # Each seed's SPEN has a GPT of comparable settings to divide by (else the page has no ratio to show).
+    assert all(ratios.values()) and int(spen["pairs"].iloc[0]) == 2, (
+        f"SPEN linear has no GPT of comparable settings on every seed (pairs):\n{stats.to_string()}")
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 3400})
     try:
@@ -516,6 +633,25 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(1500)  # vega draws the title after the marks: let the redraw finish
         page.screenshot(path=str(SHOTS / "content_smoothed_log.png"))
+        _no_exception(page)
+
+        # SPEN ÷ GPT, and the ablation's verdict in the paper's table and under the rule, from these runs.
+        # The paper's table: measure, paper, ours, … (Playwright reads its no-break spaces as spaces).
+        paper_rows = page.get_by_role("row")
+        for what, ratio in ratios.items():
+            expect(paper_rows.filter(has_text=what).locator("td").nth(2)).to_have_text(ratio)
+        claim_row = paper_rows.filter(has_text="Predictor ablation: attention predictors reading the state")
+        expect(claim_row.locator("td").nth(2)).to_have_text(verdict.word)
+        verdict_heading = page.get_by_role("heading", name="Verdict", exact=True)
+        said = page.get_by_text(verdict.sentence, exact=True)
+        expect(said).to_be_visible()
+        page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
+        for delta in verdict.comparisons["delta"]:  # the comparisons the sentence is computed from
+            expect(page.get_by_role("table").filter(has_text="Δ loss (nats/token)")).to_contain_text(verdict_number(delta))
+        _scroll_to_top(verdict_heading)
+        expect(said).to_be_in_viewport()
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "content_verdict.png"))
         _no_exception(page)
     finally:
         page.close()
