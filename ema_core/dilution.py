@@ -502,22 +502,27 @@ def limit_sentences(limits: pd.DataFrame, cfg: StreamConfig, decoder: str) -> li
     for r in limits.itertuples():
         trace = "its best trace's" if r.feature == ALL_RATES else "the"
         stored = f"{trace} stored error σ ≈ {r.sigma:.2g} per coordinate ({error})"
-        k = f"k* ≈ {r.analytic_horizon:.1f}"
+        # k* < 0 means σ ≥ α: not even the newest token's weight stands above the stored error, so there
+        # is no horizon to name (a negative lag would read as a number when it is an absence).
+        has_k = r.analytic_horizon >= 0
+        k = f"k* ≈ {r.analytic_horizon:.1f}" if has_k else "no analytic horizon k* (σ ≥ α: below the error from lag 0)"
         if r.limit == LIMIT_BEYOND:
+            hides = f"would hide it from {k}" if has_k else "is above even the newest token's weight α (no analytic horizon k*)"
             text = (f"not limited within the lags measured: {reader} names it up to lag {r.measured_horizon - 1}; "
-                    f"{stored} would hide it from {k}.")
+                    f"{stored} {hides}.")
         elif r.limit in (LIMIT_PRECISION, LIMIT_NOISE):
             text = (f"**{r.limit}-limited**: {reader} loses it from lag {r.measured_horizon}, where its weight "
-                    f"α(1−α)^k is down to {r.snr:.2g}× {stored}; analytic horizon {k}. Past it the stored "
-                    "trace no longer holds the token: more precision or less noise would move the limit.")
+                    f"α(1−α)^k is down to {r.snr:.2g}× {stored}; {'analytic horizon ' if has_k else ''}{k}. Past it "
+                    "the stored trace no longer holds the token: more precision or less noise would move the limit.")
         elif r.limit == LIMIT_DILUTED:
             text = (f"**information diluted**: {reader} loses it from lag {r.measured_horizon} while its weight is "
                     f"still {r.snr:.3g}× {stored} ({k}): the sum of the other tokens hides it from a "
                     "decoder that names one token at a time, not the precision; a more precise trace would not "
                     "bring it back.")
         else:
+            until = f"until {k}" if has_k else "(yet σ ≥ α: no analytic horizon k*)"
             text = (f"**read-out-limited**: {reader} loses it from lag {r.measured_horizon}, but the stored trace "
-                    f"keeps it {r.snr:.3g}× above {stored} until {k}: the read-out loses it, not the stored "
+                    f"keeps it {r.snr:.3g}× above {stored} {until}: the read-out loses it, not the stored "
                     "trace (the peel decoder shows whether it is readable there or diluted).")
         lines.append(f"- **{r.feature}** — {text}")
     return lines

@@ -295,6 +295,17 @@ def test_limit_text_follows_the_numbers():
     assert window.limits.loc[0, "analytic_horizon"] == pytest.approx(noisy.limits.loc[0, "analytic_horizon"] + 3)
 
 
+def test_a_negative_k_star_is_said_to_be_no_horizon():
+    # σ = 0.1 is above the slow rates' α (0.1 and 0.02 count too): k* = ln(σ/α)/ln(1−α) < 0 there, an
+    # absence of a horizon, which the text must not print as a lag.
+    noisy = measure_identity(DilutionConfig(noise=0.1, max_lag=6))
+    assert (noisy.limits["analytic_horizon"] < 0).any()
+    lines = limit_sentences(noisy.limits, noisy.config, "linear")
+    for line, k in zip(lines, noisy.limits["analytic_horizon"]):
+        assert ("no analytic horizon k*" in line) == (k < 0), line
+    assert not any("k* ≈ -" in line or "k* ≈ −" in line for line in lines)
+
+
 def test_the_peel_reaches_the_page_with_its_horizons():
     at = AppTest.from_file(APP, default_timeout=600).run()
     at.switch_page("pages/dilution.py").run()
