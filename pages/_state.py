@@ -9,7 +9,7 @@ import streamlit as st
 
 from ema_core.rundir import RESUMABLE_STATES, emalab_home
 from jobs.runner import LocalRunner, existing_run, next_free_seed
-from store import StorageError, StoreError, config_id, ingest
+from store import StorageError, StoreError, config_id, config_without_seed, ingest
 
 T = TypeVar("T")
 
@@ -134,9 +134,10 @@ def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], obje
 
 def pick_config_seeds(done, kind: str, label: str, key: str, launch_section: Callable[[], None]):
     """The finished runs of one study a page shows, grouped by config (newest first, seeds in order
-    within one); with nothing picked, says so, offers the launch and stops the page.
+    within one); with nothing picked, says so, offers the launch and stops the page.  Warns when the
+    runs picked mix configs (mean ± std would then mix them) and shows each config picked.
 
-    Returns (picked run ids, config by run, config id by run, seed by run)."""
+    Returns (picked run ids, the config ids picked, config by run, seed by run)."""
     configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
     cid = {run_id: config_id(kind, cfg) for run_id, cfg in configs.items()}
     seed_of = dict(zip(done["run_id"], done["seed"]))
@@ -149,7 +150,13 @@ def pick_config_seeds(done, kind: str, label: str, key: str, launch_section: Cal
         st.info("Pick at least one run.")
         launch_section()
         st.stop()
-    return picked, configs, cid, seed_of
+    picked_configs = sorted({cid[r] for r in picked})
+    if len(picked_configs) > 1:
+        st.warning(f"The runs picked come from {len(picked_configs)} different configs; mean ± std then mixes them.")
+    with st.expander("Config of the runs picked"):
+        st.json({c: config_without_seed(configs[next(r for r in picked if cid[r] == c)]) for c in picked_configs},
+                expanded=len(picked_configs) == 1)
+    return picked, picked_configs, configs, seed_of
 
 
 def finished_runs(runs, what: str, per: str, launch_section: Callable[[], None]):

@@ -15,7 +15,7 @@ from ema_core.mixers import MIXERS
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
-from store import StoreError, config_without_seed, list_runs, mean_std_cells
+from store import StoreError, list_runs, mean_std_cells
 from store.boundary import boundary_accuracy
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -118,13 +118,8 @@ runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
 done = finished_runs(runs, "boundary", "one run per preset and seed", launch_section)
 
-picked, configs, cid, seed_of = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)", "boundary_runs", launch_section)
-picked_configs = sorted({cid[r] for r in picked})
-if len(picked_configs) > 1:
-    st.warning(f"The runs picked come from {len(picked_configs)} different configs; mean ± std then mixes them.")
-with st.expander("Config of the runs picked"):
-    st.json({c: config_without_seed(configs[next(r for r in picked if cid[r] == c)]) for c in picked_configs},
-            expanded=len(picked_configs) == 1)
+picked, picked_configs, configs, _ = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)",
+                                                      "boundary_runs", launch_section)
 
 try:
     rows = boundary_accuracy(picked)

@@ -12,7 +12,7 @@ from ema_core.grammar import ROLES
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
-from store import StoreError, config_without_seed, list_runs, mean_std_cells
+from store import StoreError, list_runs, mean_std_cells
 from store.structure import probe_accuracy_stats, probe_control, structure_headlines, structure_verdicts
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -139,16 +139,11 @@ runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
 done = finished_runs(runs, "structure", "one run per seed", launch_section)
 
-picked, configs, cid, seed_of = pick_config_seeds(done, KIND, "Runs (default: every seed of the newest config)", "structure_runs", launch_section)
-picked_configs = sorted({cid[r] for r in picked})
+picked, picked_configs, _, seed_of = pick_config_seeds(done, KIND, "Runs (default: every seed of the newest config)",
+                                                      "structure_runs", launch_section)
 seeds = sorted(int(seed_of[r]) for r in picked if pd.notna(seed_of[r]))
 st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · config {', '.join(picked_configs)} · "
            "error bars and ± are the standard deviation across seeds")
-if len(picked_configs) > 1:
-    st.warning(f"The runs picked come from {len(picked_configs)} different configs; mean ± std then mixes them.")
-with st.expander("Config of the runs picked"):
-    st.json({c: config_without_seed(configs[next(r for r in picked if cid[r] == c)]) for c in picked_configs},
-            expanded=len(picked_configs) == 1)
 
 try:
     stats = probe_accuracy_stats(picked)
