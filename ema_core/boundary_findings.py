@@ -33,6 +33,10 @@ TASK_ORDER = TASKS
 PAPER_HIERARCHY = ("ema", "decay_linear_attn", "gated_linear_attn", "softmax")
 
 SOFTMAX_LEVEL = 0.95  # what "softmax solves every task" is read as: at least this accuracy in every cell
+# Recall claims compare mechanisms, not training speeds: an MQAR size counts only where softmax attention
+# (which can recall exactly) got at least this far from chance to perfect; below it the size is
+# under-trained at the run's budget and every mixer's number there says how fast it learns, not what it holds.
+TRAINED_LEVEL = 0.5
 FAR = 8               # "at a distance": k ≥ FAR (or the largest distance measured, where none is that far)
 NEAR_CHANCE = 0.1     # "at chance": less than this much of the way from chance to perfect
 
@@ -140,6 +144,7 @@ class Claim:
     # same cells), with the text that names them; and Δ of one seed from those cells.
     select: Callable[[Grid, int], tuple[tuple[Key, ...], str]]
     delta: Callable[[Mapping[Key, Cell]], float]
+    recall: bool = False  # judged on MQAR sizes softmax was trained on only (TRAINED_LEVEL)
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -202,10 +207,39 @@ def _sequence_delta(cells: Mapping[Key, Cell]) -> float:
     return _mean(cells[("ema3_seq", t, d)].accuracy - cells[("ema3", t, d)].accuracy for t, d in tasks)
 
 
+def mqar_training(g: Grid) -> dict[str, float]:
+    """MQAR size -> softmax attention's accuracy above chance there, averaged over the seeds (empty
+    where the runs hold no softmax MQAR cell): how far training got on a size any mixer could solve."""
+    got: dict[str, list[float]] = {}
+    for cells in g.seeds.values():
+        for (m, t, d), cell in cells.items():
+            if m == "softmax" and t == "mqar" and math.isfinite(cell.above_chance):
+                got.setdefault(d, []).append(cell.above_chance)
+    return {d: _mean(v) for d, v in got.items()}
+
+
+def undertrained_mqar(rows_or_grid) -> dict[str, float]:
+    """The MQAR sizes whose softmax cells stayed below TRAINED_LEVEL (size -> how far they got)."""
+    g = rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+    return {d: v for d, v in mqar_training(g).items() if v < TRAINED_LEVEL}
+
+
+def undertrained_text(under: Mapping[str, float], levels: Mapping[tuple[str, str], int] | None = None) -> str:
+    """One sentence naming the under-trained MQAR sizes; empty when there are none."""
+    if not under:
+        return ""
+    order = sorted(under, key=lambda d: ((levels or {}).get(("mqar", d), 0), d))
+    got = ", ".join(f"{under[d]:.2f} at {d}" for d in order)
+    return (f"MQAR is under-trained at this budget: softmax attention, which can recall exactly, got only {got} "
+            f"of the way from chance to perfect (a size counts from {TRAINED_LEVEL:g}), so the recall claims "
+            "leave these sizes out; train longer (train.steps) to judge them.")
+
+
 def _above_on_mqar(better: str, worse: str):
     def select(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
         a, b = g.levels_of(better, "mqar"), g.levels_of(worse, "mqar")
-        shared = sorted((d for d in a if d in b), key=lambda d: (a[d], d))
+        under = undertrained_mqar(g)
+        shared = sorted((d for d in a if d in b and d not in under), key=lambda d: (a[d], d))
         return tuple((m, "mqar", d) for d in shared for m in (better, worse)), ", ".join(shared)
 
     def delta(cells: Mapping[Key, Cell]) -> float:
@@ -242,10 +276,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("gated_above_decay", "Input-dependent selection beats fixed decay at recall (MQAR accuracy, "
           "gated_linear_attn − decay_linear_attn > 0)", "EMA < fixed decay < gated < softmax", "[A] [S]",
           "gated_linear_attn and decay_linear_attn on a shared MQAR size",
-          *_above_on_mqar("gated_linear_attn", "decay_linear_attn")),
+          *_above_on_mqar("gated_linear_attn", "decay_linear_attn"), recall=True),
     Claim("decay_above_ema", "Key–value binding beats EMA at recall (MQAR accuracy, decay_linear_attn − "
           "ema > 0)", "EMA < fixed decay < gated < softmax", "[A] [S]",
-          "decay_linear_attn and ema on a shared MQAR size", *_above_on_mqar("decay_linear_attn", "ema")),
+          "decay_linear_attn and ema on a shared MQAR size", *_above_on_mqar("decay_linear_attn", "ema"),
+          recall=True),
     Claim("window_at_chance", f"The window falls to chance beyond its reach ({NEAR_CHANCE:g} − agree_content "
           "accuracy above chance, past the window's reach, > 0)", "no memory beyond the window", "[D]",
           "window_k on agree_content at a distance beyond its reach (k > {reach})", _window_cells, _window_delta),
@@ -269,6 +304,7 @@ class ClaimVerdict:
     verdict: str    # a key of VERDICT_WORDS
     over: str = ""  # the cells Δ is formed from, in words ("k=8, k=16"); empty where not measured
     reach: int = DEFAULT_WINDOW_REACH
+    note: str = ""  # what the runs left out and why (undertrained_text), said after the verdict
 
     @property
     def word(self) -> str:
@@ -280,15 +316,18 @@ class ClaimVerdict:
 
     @property
     def sentence(self) -> str:
+        note = f" {self.note}" if self.note else ""
         d, what = self.delta, self.claim.what
         if d.n == 0:
+            if self.note:  # the cells are there, but none was trained enough to compare
+                return f"{what}: not judged — {self.word}.{note}"
             return (f"{what}: not measured by these runs (it needs {self.claim.needs.format(reach=self.reach)}) "
                     f"— {self.word}.")
         over = f" over {self.over}" if self.over else ""
         if d.n < VERDICT_MIN_SEEDS:
-            return f"{what}: Δ = {d.mean:+.4f}{over} (one seed: no spread) — {self.word}."
+            return f"{what}: Δ = {d.mean:+.4f}{over} (one seed: no spread) — {self.word}.{note}"
         return (f"{what}: Δ = {d.mean:+.4f}{over}, std {d.std:.4f} across {d.n} seeds (threshold "
-                f"{VERDICT_K:g} × std = {VERDICT_K * d.std:.4f}) — {self.word}.")
+                f"{VERDICT_K:g} × std = {VERDICT_K * d.std:.4f}) — {self.word}.{note}")
 
 
 def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WINDOW_REACH) -> list[ClaimVerdict]:
@@ -298,6 +337,7 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
     layers).  A seed counts for a claim only when it holds every cell the claim compares.
     """
     g = grid(rows)
+    under = undertrained_text(undertrained_mqar(g), g.levels)
     out = []
     for c in CLAIMS:
         keys, over = c.select(g, reach)
@@ -308,7 +348,8 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
                 if all(k in cells for k in keys):
                     deltas.append(c.delta({k: cells[k] for k in keys}))
         s = spread(deltas)
-        out.append(ClaimVerdict(c, s, judge(s) if s.n else "inconclusive", over if s.n else "", reach))
+        out.append(ClaimVerdict(c, s, judge(s) if s.n else "inconclusive", over if s.n else "", reach,
+                                under if c.recall else ""))
     return out
 
 

@@ -113,6 +113,31 @@ def test_a_difference_within_the_spread_is_inconclusive():
     assert v.verdict == "inconclusive" and v.delta.n == 3 and v.delta.mean == pytest.approx(0.05 / 3)
 
 
+def test_recall_claims_leave_out_the_sizes_softmax_did_not_learn():
+    # A second MQAR size, 16 pairs, where softmax got a fifth of the way from chance (under-trained):
+    # the recall claims keep to 4 pairs, and say which size they left out and why.
+    rows = paper_like()
+    for i, s in enumerate((0, 1, 2)):
+        rows += [row("softmax", "mqar", 16, s, 0.208, chance=0.01),
+                 row("ema", "mqar", 16, s, 0.9, chance=0.01),  # would reverse decay_above_ema if counted
+                 row("decay_linear_attn", "mqar", 16, s, 0.1, chance=0.01),
+                 row("gated_linear_attn", "mqar", 16, s, 0.1, chance=0.01)]
+    assert bf.undertrained_mqar(rows) == {"pairs=16,T=64": pytest.approx(0.2)}
+    v = by_key(claim_verdicts(rows))
+    for key in ("gated_above_decay", "decay_above_ema"):
+        assert v[key].verdict == "reproduced" and v[key].over == "pairs=4,T=64", key
+        assert "MQAR is under-trained at this budget" in v[key].sentence and "0.20 at pairs=16,T=64" in v[key].sentence
+    assert v["window_at_chance"].note == ""  # not a recall claim
+    # Every size under-trained: the recall claims are not judged, and say why (not "not measured").
+    low = [dict(r, accuracy=0.1) if (r["mixer"], r["task"]) == ("softmax", "mqar") else r for r in rows]
+    v = by_key(claim_verdicts(low))
+    for key in ("gated_above_decay", "decay_above_ema"):
+        assert v[key].verdict == "inconclusive" and v[key].delta.n == 0
+        assert "not judged" in v[key].sentence and "under-trained" in v[key].sentence
+        assert "not measured by these runs" not in v[key].sentence
+    assert bf.undertrained_text({}) == ""
+
+
 def test_one_seed_is_inconclusive():
     v = by_key(claim_verdicts(paper_like(seeds=(7,))))
     assert all(x.verdict == "inconclusive" and x.delta.n == 1 for x in v.values())

@@ -13,7 +13,8 @@ from boundary_fixture import MIXERS as RUN_MIXERS, make_boundary_runs
 
 from ema_core import palette
 from ema_core.boundary import TASKS
-from ema_core.boundary_findings import PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts, measured_order
+from ema_core.boundary_findings import (PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts, measured_order,
+                                       undertrained_mqar, undertrained_text)
 from ema_core.experiments import build_config
 from ema_core.mixers import MIXERS
 from store.boundary import boundary_accuracy
@@ -95,6 +96,9 @@ def test_a_real_run_draws_the_map_the_curves_and_the_mqar_chart(runs):
     cell = rows[(rows["mixer"] == "softmax") & (rows["task"] == "agree_structure") & (rows["difficulty"] == "k=8")]
     shown = cells[(cells["mixer"] == "softmax") & (cells["task"] == "agree_structure") & (cells["difficulty"] == "k=8")]
     assert shown["mean"].iloc[0] == pytest.approx(cell["accuracy"].mean())
+    # Under the MQAR chart, the sizes softmax did not learn, in the findings' own words (none: no box).
+    under = undertrained_text(undertrained_mqar(rows))
+    assert [w.value for w in at.warning if w.value.startswith("MQAR is under-trained")] == ([under] if under else [])
 
 
 def test_the_page_sets_the_papers_hierarchy_beside_the_measured_one_and_judges_each_claim(runs):
