@@ -11,6 +11,7 @@ from typing import Iterable
 import pandas as pd
 
 from ema_core.config import nest
+from ema_core.lm.rates import AUTO, AUTO_LR
 from ema_core.palette import LM_VARIANTS
 from ema_core.tables import number_text
 from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, pooled_std
@@ -23,9 +24,7 @@ from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_f
 # attention input of the SPEN it was sized to.  Runs are *comparable* when their configs agree once
 # the variant, the seed and the settings that cannot change a number are set aside.
 
-# train.lr: each model trains at its own rate chosen on dev (the quick preset's train.lr=auto), which
-# belongs to the variant, not to what makes two runs comparable.
-LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "train.lr", "train.log_every",
+LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "threads", "train.log_every",
                      "train.checkpoint_every")
 # A JSON merge patch (RFC 7396) that deletes those fields: what is left is the comparable config.  The
 # patch is nested as the config is (a merge patch recurses: {"train": {"log_every": null}} deletes
@@ -38,7 +37,16 @@ LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "thre
 _LM_DOC_SEP = """CASE WHEN r.config->'data'->>'corpus' = 'austen' THEN '{}'::JSON
                       ELSE json_object('data', json_object('doc_sep', coalesce(r.config->'data'->>'doc_sep', 'none')))
                  END"""
-_LM_COMPARABLE = f"json_merge_patch(json_merge_patch(r.config, $drop), {_LM_DOC_SEP})::VARCHAR"
+# train.lr: each model may train at its own rate chosen on dev (the quick preset's train.lr=auto,
+# AUTO_LR), and SPEN and the GPT at their chosen rates still compare; so a run at its model's chosen
+# rate reads as "auto".  Any other rate stays as it is: two runs of one variant at different rates
+# are not seeds of one thing, and a SPEN at a rate not chosen for it does not pair with the GPT at its own.
+_LM_AUTO_RATE = " OR ".join(
+    f"(r.config->>'size' = '{size}' AND r.config->>'model' = '{model}' "
+    f"AND (r.config->'train'->>'lr')::DOUBLE = {lr!r}::DOUBLE)"
+    for size, by_model in AUTO_LR.items() for model, lr in by_model.items())
+_LM_RATE = f"""CASE WHEN {_LM_AUTO_RATE} THEN json_object('train', json_object('lr', '{AUTO}')) ELSE '{{}}'::JSON END"""
+_LM_COMPARABLE = f"json_merge_patch(json_merge_patch(json_merge_patch(r.config, $drop), {_LM_DOC_SEP}), {_LM_RATE})::VARCHAR"
 
 
 def _drop_patch(paths) -> str:

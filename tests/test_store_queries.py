@@ -338,10 +338,12 @@ def test_config_id_ignores_the_seed():
 
 # -- the content experiment ---------------------------------------------------------------------------
 
-def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps=4, curve=()):
+def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps=4, curve=(), lr=None):
     config = {"model": model, "predictor": predictor, "attn_input": attn_input, "size": "tiny", "corpus": "austen",
               "val_doc": "persuasion", "steps": steps, "batch": 2, "seq_len": 8, "vocab_size": 512,
               "device": "cpu", "threads": seed + 1, "seed": seed}  # threads: a setting that changes no number
+    if lr is not None:
+        config["train"] = {"warmup": 2, "lr": lr}
     summary = {"model": model, "params": params, "tokens": 16 * steps, "val_loss": loss, "val_ppl": ppl,
                "val_bpb": bpb, "corpus": "austen", "vocab_size": 500, "tokens_per_s": 100.0, "seconds": 1.0,
                "matched_to": "spen/linear/state" if model == "gpt" else None}
@@ -393,6 +395,28 @@ def test_lm_runs_flatten_config_and_summary(lm_store):
     assert content.lm_runs(ids["gpt0"], home=h)["run_id"].tolist() == [ids["gpt0"]]
     assert content.lm_runs(status="running", home=h).empty
     assert content.lm_runs(home=h / "nothing").empty
+
+
+def test_each_model_at_its_chosen_rate_compares_and_another_rate_does_not(tmp_path):
+    from ema_core.lm.rates import AUTO_LR
+
+    h = tmp_path / "home"
+    rates = AUTO_LR["tiny"]
+    ids = {"gpt": _lm_run(h, 0, "gpt", "linear", "state", 2.0, 10, 1.0, 1000, lr=rates["gpt"]),
+           "spen": _lm_run(h, 0, "spen", "linear", "state", 3.0, 80, 2.0, 990, lr=rates["spen"]),
+           # the same variant and seed at the GPT's rate, not the one chosen for SPEN: not a seed of the above
+           "spen_other": _lm_run(h, 0, "spen", "linear", "state", 3.5, 90, 2.2, 990, lr=rates["gpt"]),
+           # both models at one rate chosen for neither: they compare with each other
+           "spen_1e-3": _lm_run(h, 0, "spen", "linear", "state", 3.6, 91, 2.3, 990, lr=1e-3),
+           "gpt_1e-3": _lm_run(h, 0, "gpt", "linear", "state", 2.6, 13, 1.3, 1000, lr=1e-3)}
+    assert ingest(h)["errors"] == []
+    groups = content.lm_runs(home=h).set_index("run_id")["group_id"]
+    assert groups[ids["gpt"]] == groups[ids["spen"]]
+    assert groups[ids["spen_other"]] not in (groups[ids["spen"]], groups[ids["gpt"]], groups[ids["gpt_1e-3"]])
+    assert groups[ids["spen_1e-3"]] == groups[ids["gpt_1e-3"]] != groups[ids["spen"]]
+    # Within the chosen-rate group SPEN pairs with the GPT at its own rate.
+    stats = content.lm_final_stats([ids["gpt"], ids["spen"]], home=h).set_index("model")
+    assert stats.loc["spen", "pairs"] == 1 and stats.loc["spen", "ppl_ratio_mean"] == pytest.approx(8.0)
 
 
 def test_lm_curves_count_tokens_and_keep_the_newest_logging(lm_store):

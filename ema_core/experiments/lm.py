@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.config import seed_field
 from ema_core.lm.data import LMDataConfig, prepare, tokenizer_json
 from ema_core.lm import predictors, sizes
+from ema_core.lm.rates import AUTO, AUTO_LR
 from ema_core.lm.sizes import build_model
 from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
@@ -32,12 +33,6 @@ PREDICTORS = tuple(predictors.PREDICTORS)
 SIZES = tuple(sizes.SIZES)
 
 
-# Each model's learning rate where a preset asks for ``train.lr=auto``: chosen on a dev slice of the
-# training text (the last 65,536 training tokens; never the held-out text) by ``bench/lm_lr.py`` at
-# the quick budget (size tiny, 300 steps, warm-up 30), lowest mean dev loss over seeds 0 and 1
-# (docs/benchmarks.md).  By size, since that is what the sweep fixed; a size not here keeps TrainConfig's rate.
-AUTO_LR: dict[str, dict[str, float]] = {"tiny": {"spen": 1e-2, "gpt": 3e-3}}
-AUTO = "auto"
 
 
 class LMConfig(BaseModel):
