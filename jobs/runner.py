@@ -177,13 +177,27 @@ def existing_run(kind: str, config: BaseModel | dict | None = None, seed: int | 
     return rd.run_id, (rd.read_status().get("state", "queued") if rd.exists() else None)
 
 
+def seed_span(config: dict) -> int:
+    """How many seeds one run covers: its ``seeds`` setting where the kind has one (the boundary map
+    runs seed, seed + 1, … in one run), else 1."""
+    span = config.get("seeds", 1)
+    return span if isinstance(span, int) and span >= 1 else 1
+
+
 def next_free_seed(runs: Iterable[tuple[str, BaseModel | dict]], home: Path | None = None) -> int:
-    """The smallest seed above every seed of ``runs`` (kind, config) at which none of them has a run yet."""
+    """The smallest seed above every seed of ``runs`` (kind, config) whose run would share no seed with
+    a run of theirs: none at that seed yet, and, for a run covering n seeds, none within n − 1 of it
+    (a 3-seed run at 0 covers 0–2, so the next is 3, and one at 4 would overlap a run at 3 to 5)."""
     configs = [(kind, validated_config(kind, config).model_dump(mode="json")) for kind, config in runs]
     if not configs:
         raise ValueError("next_free_seed needs at least one (kind, config)")
-    seed = max(int(cfg["seed"]) for _, cfg in configs) + 1
-    while any(RunDir.for_id(run_id_for(kind, {**cfg, "seed": seed}, seed), home).exists() for kind, cfg in configs):
+    seed = max(int(cfg["seed"]) + seed_span(cfg) for _, cfg in configs)
+
+    def taken(s: int) -> bool:
+        return any(RunDir.for_id(run_id_for(kind, {**cfg, "seed": t}, t), home).exists()
+                   for kind, cfg in configs for t in range(max(s - seed_span(cfg) + 1, 0), s + seed_span(cfg)))
+
+    while taken(seed):
         seed += 1
     return seed
 

@@ -374,3 +374,20 @@ def test_relaunch_finds_the_done_run_and_the_next_free_seed(home, runners):
     other = build_config("dilution", overrides={**SHORT, "vocab": 8}, seed=0)
     assert next_free_seed([("dilution", other)], home=home) == 1  # other settings: seed 1 is free for them
     assert next_free_seed([("dilution", cfg), ("dilution", other)], home=home) == 2  # free for both
+
+
+def test_the_next_seed_of_a_run_that_covers_several_seeds_shares_none_with_it(home):
+    from jobs.runner import existing_run, next_free_seed
+
+    # A boundary run covers seed, seed + 1, …, seed + seeds − 1: "use the next seed" after a 3-seed run
+    # at 0 must start at 3, or the map would count seeds 1 and 2 twice.
+    cfg = build_config("boundary", preset="quick", overrides={"seeds": 3}, seed=0)
+
+    def queue(seed):
+        RunDir.for_id(existing_run("boundary", cfg.model_copy(update={"seed": seed}), home=home)[0], home).create(
+            "boundary", {**cfg.model_dump(mode="json"), "seed": seed}, seed)
+
+    queue(0)
+    assert next_free_seed([("boundary", cfg)], home=home) == 3
+    queue(4)  # covers 4–6: a run at 3 (3–5), 5 or 6 would share seeds with it
+    assert next_free_seed([("boundary", cfg)], home=home) == 7
