@@ -318,15 +318,21 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     rows = rows.assign(config_id=rows["run_id"].map(group_of))
     by = ["config_id", *spec.keys]
     if spec.seeds_in_rows:
-        # One measurement per (run, seed): a run of three seeds counts three.
-        rows = rows.assign(_measured=rows["run_id"].astype(str) + "\x00" + rows["seed"].astype(str))
-        count = {"runs": ("run_id", "nunique"), "n": ("_measured", "nunique")}
+        # One measurement per seed: a run of three seeds counts three.  A seed that two runs of one
+        # config both hold (seed ranges that overlap: seeds 0–2 and 1–3) is one measurement, not two,
+        # and its rows are equal (a cell's numbers follow from the config and its seed): the first is
+        # kept, so the mean and std see it once.  ``runs`` still counts every run the rows came from.
+        runs_of = rows.groupby(by, dropna=False)["run_id"].nunique().rename("runs").reset_index()
+        rows = rows.drop_duplicates([*by, "seed"])
+        count = {"n": ("seed", "nunique")}
     else:
         count = {"n": ("run_id", "nunique")}
     agg = rows.groupby(by, sort=True, dropna=False).agg(
         **count,
         **{f"{v}_{stat}": (v, stat) for v in spec.values for stat in ("mean", "std")},
     ).reset_index()
+    if spec.seeds_in_rows:
+        agg = agg.merge(runs_of, on=by, how="left")
     # The seeds of each group as "0,1,2": concatenated by one grouped sum over text, since a Python
     # function per group costs most of a second with a thousand runs (ten thousand groups).
     seeds = rows.dropna(subset=["seed"]).drop_duplicates([*by, "seed"]).sort_values("seed", kind="stable")

@@ -182,6 +182,20 @@ def test_runs_of_one_config_pool_their_seeds(home):
     assert "from 3 runs; seeds 0, 1, 2, 3." in tex and r"0.650 $\pm$ 0.129" in tex
 
 
+def test_a_seed_two_runs_of_one_config_both_hold_counts_once(home):
+    """Runs at 0 (seeds 0–2) and 1 (seeds 1–3) overlap on 1 and 2: four seeds from two runs, each once."""
+    accs = {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.8}
+    for first in (0, 1):
+        rows = [{"mixer": "ema", "task": "mqar", "difficulty": "pairs=4,T=64", "level": 4, "seed": s,
+                 "accuracy": accs[s], "chance": 0.01} for s in range(first, first + 3)]
+        write_run({"seeds": 3, "steps": 10}, [], {"summary": {}, "tables": {"boundary_accuracy": rows}}, seed=first)
+    assert ingest()["errors"] == []
+    g = grouped("boundary_accuracy")
+    assert g[["runs", "n", "seeds"]].values.tolist() == [[2, 4, "0,1,2,3"]]
+    assert g["accuracy_mean"].iloc[0] == pytest.approx(0.65)
+    assert g["accuracy_std"].iloc[0] == pytest.approx(statistics.stdev(accs.values()))
+
+
 def test_a_version_1_store_migrates_to_2_keeping_its_rows(home, monkeypatch, tiny):
     old = RunDir.for_id(run_id_for("dilution", {"vocab": 16}, 0))
     old.create("dilution", {"vocab": 16}, 0)
