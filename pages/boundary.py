@@ -65,7 +65,7 @@ def map_table(frame: pd.DataFrame) -> pd.DataFrame:
         "accuracy_mean": frame["mean"], "accuracy_std": frame["std"],
         "chance_mean": frame["chance"], "chance_std": frame["chance_std"],
         "above_chance_mean": frame["above"], "above_chance_std": frame["above_std"],
-        "state_floats": frame["state_floats"].astype(int),
+        "state_floats": frame["state_floats"],  # nullable (Int64): a row the store holds without it
     })
     return mean_std_cells(table, digits=3)
 

@@ -15,3 +15,4 @@ def test_the_boundary_bench_reports_step_times_and_the_workers_ratio(capsys):
     assert report["slice_cells"] == 2 and report["same_rows"] is True
     assert report["speedup_2_workers"] > 0 and set(report["slice_seconds"]) == {"1", "2"}
     assert report["cells"] > report["slice_cells"] and report["machine"]["cores"] >= 1
+    assert set(report["estimate_minutes"]) == {"workers=1", "workers=2"}

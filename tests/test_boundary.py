@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import torch
 from ema_core.boundary import (CATEGORIES, IGNORE, STOP, TASKS, Difficulty, TaskConfig, category_of, chance,
                                content_map, make_data)
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
+from ema_core.experiments import boundary as boundary_experiment
 from ema_core.experiments.boundary import cells, difficulties
 from ema_core.mixers import MIXERS
 
@@ -117,7 +119,7 @@ def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
     assert len(cells(quick)) == len(MIXERS) * len(labels)
 
 
-def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev():
+def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev(monkeypatch):
     cfg = build_config("boundary", overrides=TINY)
     result = REGISTRY["boundary"].run(cfg, NullReporter())
     rows = result["tables"]["boundary_accuracy"]
@@ -136,6 +138,25 @@ def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev():
     mean_ema_k1 = np.mean([r["accuracy"] for r in rows if (r["mixer"], r["task"], r["difficulty"]) ==
                            ("ema", "agree_content", "k=1")])
     assert s["map"]["ema"]["agree_content"]["k=1"] == pytest.approx(mean_ema_k1)
+
+    # Scores that rank the rates one way on dev and the other way on test: the kept rate is dev's
+    # winner, the grid's second (so keeping the first, or choosing on test, would fail here).
+    class Tagged(boundary_experiment.Trainer):
+        def __init__(self, model, data, **kw):
+            super().__init__(model, data, **kw)
+            model.tagged_lr = kw["lr"]
+
+    small = build_config("boundary", overrides={**TINY, "mixers": "ema", "seeds": 1, "data.n_test": 32})
+
+    def scored(model, data):
+        on_dev = len(data.tokens) == small.data.n_dev  # dev and test differ in size here
+        return ({0.01: 0.2, 0.003: 0.9} if on_dev else {0.01: 0.8, 0.003: 0.1})[model.tagged_lr]
+
+    monkeypatch.setattr(boundary_experiment, "Trainer", Tagged)  # workers=1: the cells run in this process
+    monkeypatch.setattr(boundary_experiment, "accuracy", scored)
+    picked = REGISTRY["boundary"].run(small, NullReporter())["tables"]["boundary_accuracy"]
+    assert len(picked) == len(cells(small))
+    assert {(r["lr"], r["dev_accuracy"], r["accuracy"]) for r in picked} == {(0.003, 0.9, 0.1)}
 
 
 def test_a_cancelled_run_resumes_cell_by_cell_to_the_uninterrupted_result():
@@ -159,6 +180,44 @@ def test_cells_in_two_processes_give_the_map_of_one():
     one = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]["boundary_accuracy"]
     two = REGISTRY["boundary"].run(cfg.model_copy(update={"workers": 2}), NullReporter())["tables"]["boundary_accuracy"]
     assert one == two
+
+
+def _cell_or_fail(cfg, mixer, d, seed):
+    """A worker's cell that notes each cell it starts and fails the one BOUNDARY_TEST_FAIL names.  The
+    workers are spawned: they run this by importing this module, and read the test's wishes from the
+    environment they inherit (a monkeypatch of the parent is not seen there)."""
+    i = cells(cfg).index((mixer, d, seed))
+    (Path(os.environ["BOUNDARY_TEST_STARTED"]) / str(i)).touch()
+    if str(i) == os.environ.get("BOUNDARY_TEST_FAIL"):
+        raise RuntimeError(f"cell {i} failed")
+    return boundary_experiment._worker_cell(cfg, mixer, d, seed)
+
+
+def test_a_failing_cell_stops_the_workers_and_keeps_the_cells_done(tmp_path, monkeypatch):
+    cfg = build_config("boundary", overrides={**TINY, "seeds": 1, "workers": 2})
+    grid = cells(cfg)
+    started = tmp_path / "started"
+    started.mkdir()
+    monkeypatch.setenv("BOUNDARY_TEST_STARTED", str(started))
+    monkeypatch.setenv("BOUNDARY_TEST_FAIL", "2")
+    monkeypatch.setattr(boundary_experiment, "_worker_cell", _cell_or_fail)  # what the parent submits
+    rep = NullReporter()
+    with pytest.raises(RuntimeError, match="cell 2 failed"):
+        REGISTRY["boundary"].run(cfg, rep)
+    # The queued cells were cancelled, not trained: a worker takes cell 2 once it has done cell 0 or 1;
+    # after it, only the few cells the pool had already handed on start (and stop at their first step).
+    ran = {int(p.name) for p in started.iterdir()}
+    assert {0, 1, 2} <= ran and len(ran) < len(grid) // 2
+    _, state = rep.load_checkpoint()
+    kept = {i for i, _ in state["done"]}
+    assert kept and 2 not in kept and kept <= ran and len(rep.events) == len(kept)
+    # A resume trains the others only: the cells done before the failure are not done again.
+    for p in started.iterdir():
+        p.unlink()
+    monkeypatch.delenv("BOUNDARY_TEST_FAIL")
+    rows = REGISTRY["boundary"].run(cfg, rep)["tables"]["boundary_accuracy"]
+    assert {int(p.name) for p in started.iterdir()} == set(range(len(grid))) - kept
+    assert len(rows) == len(grid)
 
 
 def test_cli_run_prints_the_map_as_json(tmp_path):

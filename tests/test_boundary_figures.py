@@ -71,6 +71,9 @@ def test_the_frame_is_a_mean_over_seeds_with_its_spread(rows):
     got = frame[(frame["mixer"] == "ema") & (frame["task"] == "agree_content") & (frame["difficulty"] == "k=8")].iloc[0]
     assert got["mean"] == pytest.approx(cell["accuracy"].mean())
     assert got["std"] == pytest.approx(cell["accuracy"].std(ddof=1))
+    # A second run holding the same seeds (overlapping seed ranges) changes neither n, mean nor std.
+    again = pd.concat([rows, rows.assign(run_id="another-run")], ignore_index=True)
+    pd.testing.assert_frame_equal(boundary_frame(again), frame)
 
 
 def test_the_maps_colour_is_accuracy_above_chance_and_its_text_the_accuracy(rows):
@@ -173,3 +176,19 @@ def test_an_undefined_above_chance_is_left_out_of_the_colour_not_the_map(rows):
     _spec(chart)  # strict JSON: the NaN went out as null
     svg = chart_to_svg(chart)
     assert f'fill="{palette.REFERENCE_COLOR}"' in svg and f"{frame['mean'].iloc[0]:.2f}" in svg
+
+
+def test_rows_without_a_level_a_state_or_a_length_still_chart(rows):
+    # All three are nullable in the store: the level is read from the difficulty ("k=8" -> 8,
+    # "pairs=4,T=16" -> 4), a missing state or length is an empty cell, not a crash.
+    bare = rows.astype({"level": float, "state_floats": float, "seq_len": float})
+    bare.loc[bare["mixer"] == "ema", ["level", "state_floats", "seq_len"]] = math.nan
+    frame, whole = boundary_frame(bare), boundary_frame(rows)
+    assert frame["level"].tolist() == whole["level"].tolist()
+    assert frame["state_floats"].dtype == "Int64"
+    assert frame.loc[frame["mixer"] == "ema", ["state_floats", "seq_len"]].isna().all().all()
+    others = frame["mixer"] != "ema"
+    assert frame.loc[others, "state_floats"].tolist() == whole.loc[others, "state_floats"].tolist()
+    for chart in (heat_map(frame), crossing_chart(frame), mqar_chart(frame)):
+        _spec(chart)  # strict JSON: the missing states went out as null
+    assert [stem for stem, _ in run_figures(bare)] == ["boundary_map", "boundary_crossing", "boundary_mqar"]

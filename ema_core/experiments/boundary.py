@@ -235,25 +235,44 @@ def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
     # a forked child inherits half-initialised.
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
-    with ProcessPoolExecutor(max_workers=min(cfg.workers, len(todo)), mp_context=ctx, initializer=_worker_init,
-                             initargs=(stop,)) as pool:
-        futures = {pool.submit(_worker_cell, cfg, *grid[i]): i for i in todo}
+    pool = ProcessPoolExecutor(max_workers=min(cfg.workers, len(todo)), mp_context=ctx, initializer=_worker_init,
+                               initargs=(stop,))
+    futures = {pool.submit(_worker_cell, cfg, *grid[i]): i for i in todo}
+    seen = set()  # the futures whose outcome was read (a row goes to ``finished`` once)
+
+    def keep(fut) -> None:
+        seen.add(fut)
+        if (row := fut.result()) is not None:  # a cell's exception is the run's
+            finished(futures[fut], row)
+
+    try:
         pending = set(futures)
         while pending:
             ready, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for fut in ready:
-                row = fut.result()  # a cell's exception is the run's
-                if row is not None:
-                    finished(futures[fut], row)
+                keep(fut)
             if pending and reporter.should_stop():
                 stop.set()
                 for fut in pending:
                     fut.cancel()
                 for fut in pending:  # the running cells see the event at their next step
-                    if not fut.cancelled() and (row := fut.result()) is not None:
-                        finished(futures[fut], row)
+                    if not fut.cancelled():
+                        keep(fut)
                 return False
-    return True
+        return True
+    except BaseException:
+        # A cell failed (or the parent was interrupted): without this the pool's exit would train
+        # every queued cell before the error surfaced, hours on a full map, and record none of them.
+        # Queued cells are cancelled, running ones stop at their next step, finished ones are kept.
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for fut in futures:
+            if fut not in seen and not fut.cancelled() and fut.exception() is None:
+                with contextlib.suppress(Exception):  # the cell's error is the one to raise
+                    keep(fut)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 _STOP = None

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.boundary_findings import normalised
+from ema_core.boundary_findings import FLOOR_MIXER, _level, normalised
 from ema_core.figures import ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale
 from ema_core.mixers import MIXERS
 
@@ -25,8 +25,8 @@ TASK_LABELS = {"agree_structure": "agreement: structure", "agree_content": "agre
 # The two variants of the agreement task the crossing chart sets against each other, and their dashes:
 # the same sequences, the same positions scored; only what must be remembered differs.
 CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content": ("content (identity)", [6, 4])}
-# The mixer with no memory beyond its window: every other mixer is read against it.
-FLOOR = "window_k"
+# The mixer with no memory beyond its window: every other mixer is read against it (the findings' floor).
+FLOOR = FLOOR_MIXER
 # px per cell of the map: "0.97" fits, a task of two distances is as wide as its two-line heading
 # ("agreement:" over "structure"), and a map of the full preset (23 columns) fits a page.
 CELL = 38
@@ -65,7 +65,8 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
 
     Columns: mixer, task, difficulty, level, seq_len, n (seeds), mean and std (test accuracy),
     chance and chance_std (chance is measured on each seed's data), above and above_std (accuracy
-    above chance, formed per seed, then averaged), state_floats.  Mixers in :func:`mixer_order`,
+    above chance, formed per seed, then averaged), state_floats (and seq_len: nullable integers, empty
+    where the rows have none; a missing level is read from the difficulty).  Mixers in :func:`mixer_order`,
     tasks in :func:`task_order`, difficulties by level within a task (MQAR by length, then pairs).
     Rows with no accuracy are left out.
     """
@@ -76,6 +77,17 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     df["accuracy"] = df["accuracy"].astype(float)
     df["chance"] = df["chance"].astype(float)
     df["above"] = [_above(a, c) for a, c in zip(df["accuracy"], df["chance"])]
+    # level and state_floats may be null in the store: a row without a level takes the number its
+    # difficulty names (as the findings read it), one without a state shows it empty.
+    df["level"] = [_level(v, str(d)) for v, d in zip(df["level"], df["difficulty"])]
+    df["state_floats"] = pd.to_numeric(df["state_floats"], errors="coerce")
+    # A seed two picked runs both hold (overlapping seed ranges) is one measurement: its rows are
+    # averaged first (equal for runs of one config), so n, mean and std see it once.
+    if "seed" in df:
+        df = (df.groupby([*GROUP, "seed"], sort=False, dropna=False)
+              .agg(accuracy=("accuracy", "mean"), chance=("chance", "mean"), above=("above", "mean"),
+                   state_floats=("state_floats", "max"))
+              .reset_index())
     out = (df.groupby(GROUP, sort=False, dropna=False)
            .agg(n=("accuracy", "count"), mean=("accuracy", "mean"), std=("accuracy", "std"),
                 chance=("chance", "mean"), chance_std=("chance", "std"), above=("above", "mean"),
@@ -87,7 +99,8 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     out["_t"] = out["task"].map(tasks.index)
     out = out.sort_values(["_m", "_t", "seq_len", "level", "difficulty"]).drop(columns=["_m", "_t"])
     out["level"] = out["level"].astype(int)
-    out["seq_len"] = out["seq_len"].astype(int)
+    out["seq_len"] = pd.to_numeric(out["seq_len"], errors="coerce").astype("Int64")  # nullable too
+    out["state_floats"] = out["state_floats"].round().astype("Int64")
     return out[cols].reset_index(drop=True)
 
 
