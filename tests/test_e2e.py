@@ -194,6 +194,18 @@ def _wait_until_settled(page) -> None:
     page.wait_for_timeout(500)
 
 
+def _download(page, key: str):
+    """Click the download button of the widget ``key`` once the page has settled, and return the
+    download.  A click during a rerun can land on a button the rerun then replaces, and no download
+    follows (seen on a loaded machine): so first no element may still be stale."""
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+    button = page.locator(f".st-key-{key}").get_by_role("button")
+    button.wait_for(timeout=WAIT_MS)
+    with page.expect_download(timeout=WAIT_MS) as info:
+        button.click()
+    return info.value
+
+
 def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     # Tall enough that the whole page is in view: Streamlit scrolls an inner element, so a
@@ -320,11 +332,7 @@ def test_downloads_are_generated_on_click(app_url, chromium_browser):
         expected = {"weights_svg": ("lag_weights.svg", b"<svg"),
                     "identity_table_dl_tex": ("identity_accuracy.tex", b"\\begin{table}")}
         for key, (name, head) in expected.items():
-            button = page.locator(f".st-key-{key}").get_by_role("button")
-            button.wait_for(timeout=WAIT_MS)
-            with page.expect_download(timeout=WAIT_MS) as info:
-                button.click()
-            download = info.value
+            download = _download(page, key)
             assert download.suggested_filename == name
             assert Path(download.path()).read_bytes().lstrip().startswith(head)
         assert page.locator('[data-testid="stException"]').count() == 0
@@ -412,9 +420,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         rows = page.get_by_text(re.compile(r"^\d+ rows$"))
         assert int(rows.inner_text().split()[0]) >= int(JOB_OVERRIDES["max_lag"]) + 1  # a row per lag
-        with page.expect_download(timeout=WAIT_MS) as info:
-            page.locator(".st-key-export_dilution_accuracy_latex").get_by_role("button").click()
-        download = info.value
+        download = _download(page, "export_dilution_accuracy_latex")
         assert download.suggested_filename == "dilution_accuracy.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "\\bottomrule" in tex
@@ -558,9 +564,7 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
         expect(roles_chart).not_to_contain_text("pobj_det")  # the deep split has no prepositional phrases
         _no_exception(page)
 
-        with page.expect_download(timeout=WAIT_MS) as info:
-            page.locator(".st-key-structure_paper_dl_tex").get_by_role("button").click()
-        download = info.value
+        download = _download(page, "structure_paper_dl_tex")
         assert download.suggested_filename == "structure_paper_vs_ours.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "0.795" in tex and "$\\pm$" in tex
@@ -689,9 +693,7 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
         page.screenshot(path=str(SHOTS / "boundary.png"))
         _no_exception(page)
 
-        with page.expect_download(timeout=WAIT_MS) as info:
-            page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").click()
-        download = info.value
+        download = _download(page, "boundary_map_dl_tex")
         assert download.suggested_filename == "boundary_map.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "$\\pm$" in tex and "window\\_k" in tex
@@ -737,10 +739,7 @@ def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, ema
         _no_exception(page)
 
         _open_export_table(page, app_url, "lm_eval")
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        with page.expect_download(timeout=WAIT_MS) as info:
-            page.locator(".st-key-export_lm_eval_latex").get_by_role("button").click()
-        tex = Path(info.value.path()).read_text()
+        tex = Path(_download(page, "export_lm_eval_latex").path()).read_text()
         assert "\\caption{" in tex and "\\label{tab:lm_eval}" in tex, tex
         header = next(line for line in tex.splitlines() if "run_id" in line or "model" in line)
         assert "model" in header and "predictor" in header, header
