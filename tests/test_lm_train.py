@@ -200,7 +200,7 @@ def test_lr_sweep_scores_every_setting_on_the_dev_slice_and_picks_the_lowest():
     small = {"data.vocab_size": 300, "data.max_chars": 100_000, "train.seq_len": 32, "train.batch": 2}
     r = sweep(models=("spen", "gpt"), lrs=(1e-3, 1e-2), warmups=(2,), seeds=(0,), dev_tokens=1024, steps=3,
               overrides=small, threads=1)
-    assert r["dev_tokens"] == 1024 and r["steps"] == 3 and r["preset_warmup"] == 30
+    assert r["dev_tokens"] == 1024 and r["steps"] == 3 and r["preset_warmup"] == 200
     assert r["preset_lr"] == {"spen": 1e-2, "gpt": 3e-3}  # the quick preset's rates, each chosen on dev
     assert [(row["model"], row["lr"]) for row in r["rows"]] == [("spen", 1e-3), ("spen", 1e-2), ("gpt", 1e-3),
                                                                 ("gpt", 1e-2)]

@@ -87,9 +87,10 @@ class LMConfig(BaseModel):
 PRESETS: dict[str, dict] = {
     # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
     # (0.6M training tokens, under one pass over the five novels).
-    # Each model at its own rate, chosen on dev (AUTO_LR).
+    # Each model at its own rate, chosen on dev (AUTO_LR), then the warm-up at those rates, also on
+    # dev: both models chose the longest swept, 200 of the 300 steps (docs/benchmarks.md).
     "quick": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 300,
-              "train.warmup": 30, "train.lr": AUTO, "train.eval_every": 50, "train.eval_tokens": 16_384,
+              "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 50, "train.eval_tokens": 16_384,
               "train.final_eval_tokens": 65_536},
     # Two CPU cores, about ten minutes, to a validation loss that has stopped moving.
     "tiny": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 1200,
