@@ -241,11 +241,13 @@ def undertrained_mqar(rows_or_grid) -> dict[str, float]:
     return {d: v for d, v in mqar_training(g).items() if v < TRAINED_LEVEL}
 
 
-def undertrained_text(under: Mapping[str, float], levels: Mapping[tuple[str, str], int] | None = None) -> str:
-    """One sentence naming the under-trained MQAR sizes; empty when there are none."""
+def undertrained_text(rows_or_grid) -> str:
+    """One sentence naming the under-trained MQAR sizes, smallest first; empty when there are none."""
+    g = rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+    under = undertrained_mqar(g)
     if not under:
         return ""
-    order = sorted(under, key=lambda d: ((levels or {}).get(("mqar", d), 0), d))
+    order = sorted(under, key=lambda d: (g.levels.get(("mqar", d), 0), d))
     got = ", ".join(f"{under[d]:.2f} at {d}" for d in order)
     return (f"MQAR is under-trained at this budget: softmax attention, which can recall exactly, got only {got} "
             f"of the way from chance to perfect on dev (a size counts from {TRAINED_LEVEL:g}), so the recall claims "
@@ -356,7 +358,7 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
     layers).  A seed counts for a claim only when it holds every cell the claim compares.
     """
     g = grid(rows)
-    under = undertrained_text(undertrained_mqar(g), g.levels)
+    under = undertrained_text(g)
     out = []
     for c in CLAIMS:
         keys, over = c.select(g, reach)
@@ -367,8 +369,12 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
                 if all(k in cells for k in keys):
                     deltas.append(c.delta({k: cells[k] for k in keys}))
         s = spread(deltas)
+        # The under-training note goes with every claim that reads MQAR cells: the recall claims,
+        # which leave those sizes out, and softmax's, which keeps them (it is the claim that softmax
+        # solves every task at this budget, and it does not).
+        reads_mqar = c.recall or any(k[1] == "mqar" for k in keys)
         out.append(ClaimVerdict(c, s, judge(s) if s.n else "inconclusive", over if s.n else "", reach,
-                                under if c.recall else ""))
+                                under if reads_mqar else ""))
     return out
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from ema_core.boundary import TASKS
 from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts,
-                                       measured_order, undertrained_mqar, undertrained_text, window_reach)
+                                       measured_order, undertrained_text, window_reach)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.boundary import (CROSSING, FLOOR, boundary_frame, crossing_chart, heat_map, mqar_chart,
                                        task_label, task_order)
@@ -164,7 +164,7 @@ with text_col:
 st.subheader("MQAR recall against state size")
 if "mqar" in present:
     chart_with_downloads(mqar_chart(frame), "boundary_mqar", key="boundary_mqar_chart")
-    if under := undertrained_text(undertrained_mqar(rows)):
+    if under := undertrained_text(rows):
         st.warning(under, icon=":material/hourglass_empty:")
 else:
     st.info("These runs hold no MQAR cells.")

@@ -14,7 +14,7 @@ from boundary_fixture import MIXERS as RUN_MIXERS, make_boundary_runs
 from ema_core import palette
 from ema_core.boundary import TASKS
 from ema_core.boundary_findings import (PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts, measured_order,
-                                       undertrained_mqar, undertrained_text)
+                                       undertrained_text)
 from ema_core.experiments import build_config
 from ema_core.mixers import MIXERS
 from store.boundary import boundary_accuracy
@@ -97,7 +97,7 @@ def test_a_real_run_draws_the_map_the_curves_and_the_mqar_chart(runs):
     shown = cells[(cells["mixer"] == "softmax") & (cells["task"] == "agree_structure") & (cells["difficulty"] == "k=8")]
     assert shown["mean"].iloc[0] == pytest.approx(cell["accuracy"].mean())
     # Under the MQAR chart, the sizes softmax did not learn, in the findings' own words (none: no box).
-    under = undertrained_text(undertrained_mqar(rows))
+    under = undertrained_text(rows)
     assert [w.value for w in at.warning if w.value.startswith("MQAR is under-trained")] == ([under] if under else [])
 
 
