@@ -235,15 +235,19 @@ def mqar_training(g: Grid) -> dict[str, float]:
     return {d: _mean(v) for d, v in got.items()}
 
 
+def _as_grid(rows_or_grid) -> Grid:
+    return rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+
+
 def undertrained_mqar(rows_or_grid) -> dict[str, float]:
     """The MQAR sizes whose softmax cells stayed below TRAINED_LEVEL (size -> how far they got)."""
-    g = rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+    g = _as_grid(rows_or_grid)
     return {d: v for d, v in mqar_training(g).items() if v < TRAINED_LEVEL}
 
 
 def undertrained_text(rows_or_grid) -> str:
     """One sentence naming the under-trained MQAR sizes, smallest first; empty when there are none."""
-    g = rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+    g = _as_grid(rows_or_grid)
     under = undertrained_mqar(g)
     if not under:
         return ""
