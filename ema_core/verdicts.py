@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Hashable, Iterable, Mapping
 
 VERDICT_K = 2.0        # "beyond the seeds' spread": |mean Δ| ≥ VERDICT_K × the std of Δ
 VERDICT_MIN_SEEDS = 2  # a spread needs two seeds
@@ -51,6 +51,23 @@ def spread(values: Iterable[float | None]) -> Spread:
     mean = math.fsum(vals) / len(vals)
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else math.nan
     return Spread(mean, std, len(vals))
+
+
+def paired(a: Mapping[Hashable, float | None], b: Mapping[Hashable, float | None]) -> Spread:
+    """Δ = a − b formed within each seed both sides hold (a key: a seed, or a seed and a sequence set),
+    then its mean and spread across those seeds: the one paired Δ every study judges a claim by.
+
+    A seed only one side holds, or whose value is missing or not finite, is left out, so a variant
+    run at more seeds than its reference is compared on the seeds they share.
+
+    >>> d = paired({0: 0.9, 1: 0.8, 2: 0.7}, {0: 0.5, 1: 0.5})
+    >>> round(d.mean, 3), d.n
+    (0.35, 2)
+    """
+    def ok(v: float | None) -> bool:
+        return v is not None and math.isfinite(float(v))
+
+    return spread(float(a[k]) - float(b[k]) for k in a if k in b and ok(a[k]) and ok(b[k]))
 
 
 def judge(delta: Spread) -> str:
