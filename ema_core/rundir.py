@@ -211,7 +211,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``path`` so that readers see the old file or the new one, never a torn one.
 
     Text is written as UTF-8.  The one such writer for everything under the data folder: run
-    files, exports and the language-model caches (:mod:`ema_core.lm.data`).  A file system that
+    files, exports and the language-model caches (:mod:`ema_core.lm.tokenizer`, ``.stream``).  A file system that
     refuses raises :class:`StorageError`; an interrupted write leaves no temporary file behind.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else data

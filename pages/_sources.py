@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ema_core.config import flatten
-from ema_core.lm.data import looks_like_path
+from ema_core.lm.corpus import looks_like_path
 from ema_core.paths import PROJECT_ROOT, emalab_home
 
 BUILT_IN = {"corpus": "austen", "tokenizer": "bpe"}

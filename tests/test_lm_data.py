@@ -1,4 +1,6 @@
-"""The LM data layer: corpora (local, embedded Austen, hub offline), BPE, cached token streams, bpb."""
+"""The LM data layer, one section per module: corpora (``ema_core.lm.corpus``: local, embedded Austen,
+hub offline), the BPE (``tokenizer``), cached token streams and bpb (``stream``), and ``prepare``
+composing them (``data``)."""
 import gzip
 import json
 import math
@@ -12,7 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
+from ema_core.lm import corpus as C
 from ema_core.lm import data as D
+from ema_core.lm import stream as S
+from ema_core.lm import tokenizer as T
 
 # Liveness only: how long a wait for something that must happen may last before the test gives up.
 PATIENCE = 600
@@ -26,22 +31,22 @@ def austen(tmp_path_factory):
     # (datasets keeps its lock files under $EMALAB_HOME/cache).
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EMALAB_HOME", str(tmp_path_factory.mktemp("lm_home")))
-        return D.load_corpus("austen")
+        return C.load_corpus("austen")
 
 
 @pytest.fixture(scope="module")
 def bpe512(austen):
     # One novel is plenty for a 512-token vocabulary, and keeps the module fast.
-    return D.train_bpe(austen.train[:1], 512)
+    return T.train_bpe(austen.train[:1], 512)
 
 
 def _persuasion() -> str:
-    with gzip.open(D.AUSTEN_DIR / "persuasion.txt.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(C.AUSTEN_DIR / "persuasion.txt.gz", "rt", encoding="utf-8") as f:
         return f.read()
 
 
 # ---------------------------------------------------------------------------------------------
-# Local files, good
+# Corpora (ema_core.lm.corpus): local files, good
 
 
 def _write_all_kinds(folder):
@@ -64,7 +69,7 @@ def _write_all_kinds(folder):
 ])
 def test_local_file_of_each_type(tmp_path, name, expected):
     _write_all_kinds(tmp_path)
-    docs = list(D._iter_local(tmp_path / name))
+    docs = list(C._iter_local(tmp_path / name))
     assert docs == expected
 
 
@@ -74,18 +79,18 @@ def test_local_folder_reads_every_supported_file_in_name_order(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "f.txt").write_text("nested\n")
     (tmp_path / ".hidden.txt").write_text("skipped\n")
-    docs = list(D._iter_local(tmp_path))
+    docs = list(C._iter_local(tmp_path))
     assert docs == [*TEXTS[:1], *TEXTS[1:2], *TEXTS, *TEXTS[:2], *TEXTS, "nested\n"]
-    corpus = D.load_corpus(str(tmp_path), val_fraction=0.2)
+    corpus = C.load_corpus(str(tmp_path), val_fraction=0.2)
     assert corpus.train + corpus.val == tuple(docs)         # 12 documents: the last 2 held out
     assert corpus.val == tuple(docs[-2:])
-    assert D.load_corpus(str(tmp_path), val_fraction=0.2).fingerprint == corpus.fingerprint
+    assert C.load_corpus(str(tmp_path), val_fraction=0.2).fingerprint == corpus.fingerprint
 
 
 def test_single_document_is_split_by_text(tmp_path):
     text = "".join(f"line {i} of a single long document\n" for i in range(400))
     (tmp_path / "one.txt").write_text(text)
-    corpus = D.load_corpus(str(tmp_path / "one.txt"), val_fraction=0.05)
+    corpus = C.load_corpus(str(tmp_path / "one.txt"), val_fraction=0.05)
     assert len(corpus.train) == len(corpus.val) == 1
     assert corpus.train[0] + corpus.val[0] == text
     assert corpus.val[0].startswith("line ")                 # the cut moved to a line start
@@ -104,10 +109,10 @@ PAGES = "Page one, line 1\nline 2\n\n\n  \nPage two\n\nPage three\n\fPage four\n
     ("Page t", ["Page one, line 1\nline 2\n", "wo\n", "hree\n\fPage four\n\f\nPage five\n"]),  # a literal
 ])
 def test_text_file_is_cut_into_documents(doc_sep, expected):
-    assert D.split_documents(PAGES, doc_sep) == expected
+    assert C.split_documents(PAGES, doc_sep) == expected
     # A file with no separator in it is one document, byte for byte, whatever the mode.
-    assert D.split_documents(TEXTS[0], doc_sep if doc_sep != "line" else "none") == [TEXTS[0]]
-    assert D.split_documents(" \n\n\f \n", doc_sep) == []
+    assert C.split_documents(TEXTS[0], doc_sep if doc_sep != "line" else "none") == [TEXTS[0]]
+    assert C.split_documents(" \n\n\f \n", doc_sep) == []
 
 
 def test_txt_corpus_documents_end_with_eot_and_the_cache_follows_the_cut(tmp_path):
@@ -127,7 +132,7 @@ def test_txt_corpus_documents_end_with_eot_and_the_cache_follows_the_cut(tmp_pat
     assert whole.corpus.fingerprint != split.corpus.fingerprint
     # Another cut is another stream: it is tokenized afresh, never read from the other's cache entry.
     assert not whole.streams.from_cache and whole.streams.key != split.streams.key
-    assert int((whole.streams.train == D.eot_id(whole.tokenizer)).sum()) == 1
+    assert int((whole.streams.train == T.eot_id(whole.tokenizer)).sum()) == 1
     again = D.prepare(D.LMDataConfig(corpus=spec, vocab_size=300), cache)
     assert again.streams.from_cache and again.streams.key == split.streams.key
 
@@ -141,15 +146,15 @@ def test_doc_sep_is_checked_and_has_a_default():
 
 def test_bounds_and_document_split(tmp_path):
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}\n"}) + "\n" for i in range(100)))
-    corpus = D.load_corpus(str(tmp_path / "docs.jsonl"), max_docs=40)
+    corpus = C.load_corpus(str(tmp_path / "docs.jsonl"), max_docs=40)
     assert corpus.train == tuple(f"doc {i}\n" for i in range(38))   # 40 × 0.05 = the last 2 documents
     assert corpus.val == ("doc 38\n", "doc 39\n")
-    capped = D.load_corpus(str(tmp_path / "docs.jsonl"), max_chars=300)
+    capped = C.load_corpus(str(tmp_path / "docs.jsonl"), max_chars=300)
     assert sum(capped.n_chars) == 300      # the last document read is cut to fit
 
 
 # ---------------------------------------------------------------------------------------------
-# Local files, bad: one line, naming the file and what is wrong
+# Corpora: local files, bad: one line, naming the file and what is wrong
 
 
 def _bad_files(folder):
@@ -184,7 +189,7 @@ def _bad_files(folder):
 def test_bad_local_files_fail_with_one_clear_line(tmp_path, name, words):
     _bad_files(tmp_path)
     with pytest.raises(ValueError) as info:
-        D.load_corpus(str(tmp_path / name))
+        C.load_corpus(str(tmp_path / name))
     message = str(info.value)
     assert name in message and words in message
     assert "\n" not in message
@@ -192,12 +197,12 @@ def test_bad_local_files_fail_with_one_clear_line(tmp_path, name, words):
 
 def test_missing_path_is_not_mistaken_for_a_hub_name():
     for spec in ("./nope", "~/nowhere/corpus", "some/deep/folder", "corpus.jsonl.gz"):
-        with pytest.raises(D.CorpusError, match="no such file"):
-            D.load_corpus(spec)
+        with pytest.raises(C.CorpusError, match="no such file"):
+            C.load_corpus(spec)
 
 
 # ---------------------------------------------------------------------------------------------
-# The hub, offline: fail at once, with one line
+# Corpora: the hub, offline: fail at once, with one line
 
 
 def _check_offline(error, spec):
@@ -216,7 +221,7 @@ def _check_offline(error, spec):
 def hub_calls(monkeypatch):
     """Every TCP connect made (each still goes through), and every call that reached the hub library."""
     calls = {"connect": [], "library": []}
-    real_connect = D.socket.create_connection
+    real_connect = C.socket.create_connection
 
     def connect(address, timeout=None, *args, **kwargs):
         calls["connect"].append((address, timeout))
@@ -226,8 +231,8 @@ def hub_calls(monkeypatch):
         calls["library"].append(args)
         raise ConnectionError("the test stands in for the hub library")
 
-    monkeypatch.setattr(D.socket, "create_connection", connect)
-    monkeypatch.setattr(D, "_load_dataset", library)
+    monkeypatch.setattr(C.socket, "create_connection", connect)
+    monkeypatch.setattr(C, "_load_dataset", library)
     return calls
 
 
@@ -238,8 +243,8 @@ def _no_hub_env(monkeypatch):
 
 def test_hub_corpus_offline_mode_fails_at_once(monkeypatch, hub_calls):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(D.HubUnreachable) as info:
-        D.load_corpus("allenai/c4:en", max_docs=10)
+    with pytest.raises(C.HubUnreachable) as info:
+        C.load_corpus("allenai/c4:en", max_docs=10)
     _check_offline(info.value, "allenai/c4:en")
     assert "HF_HUB_OFFLINE is set" in str(info.value)
     assert hub_calls == {"connect": [], "library": []}  # the flag alone decides: not even a probe
@@ -250,15 +255,15 @@ def test_hub_unreachable_without_offline_flag_fails_fast(monkeypatch, hub_calls)
     # not, so this checks the probe (not the machine's network) and never hangs.
     _no_hub_env(monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    with pytest.raises(D.HubUnreachable) as info:
-        D.load_corpus("HuggingFaceFW/fineweb-edu")
+    with pytest.raises(C.HubUnreachable) as info:
+        C.load_corpus("HuggingFaceFW/fineweb-edu")
     _check_offline(info.value, "HuggingFaceFW/fineweb-edu")
     assert "no connection to 127.0.0.1" in str(info.value)
-    with pytest.raises(D.HubUnreachable) as info:  # from_pretrained would fail as a CorpusError instead
-        D.load_tokenizer("gpt2")
+    with pytest.raises(C.HubUnreachable) as info:  # from_pretrained would fail as a CorpusError instead
+        T.load_tokenizer("gpt2")
     _check_offline(info.value, "gpt2")
     # One bounded connect per call, and the library's retrying client never started.
-    assert hub_calls["connect"] == [(("127.0.0.1", 9), D.HUB_PROBE_SECONDS)] * 2
+    assert hub_calls["connect"] == [(("127.0.0.1", 9), C.HUB_PROBE_SECONDS)] * 2
     assert hub_calls["library"] == []
 
 
@@ -268,7 +273,7 @@ def test_a_hub_probe_that_never_answers_is_given_up(monkeypatch, hub_calls):
     # would only return once the connect is let go, PATIENCE seconds on, and the check below fails.
     _no_hub_env(monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", "http://hub.invalid")
-    monkeypatch.setattr(D, "HUB_PROBE_SECONDS", 0.2)
+    monkeypatch.setattr(C, "HUB_PROBE_SECONDS", 0.2)
     release, returned = threading.Event(), threading.Event()
 
     def hanging_connect(address, timeout=None, *args, **kwargs):
@@ -278,10 +283,10 @@ def test_a_hub_probe_that_never_answers_is_given_up(monkeypatch, hub_calls):
         finally:
             returned.set()
 
-    monkeypatch.setattr(D.socket, "create_connection", hanging_connect)
+    monkeypatch.setattr(C.socket, "create_connection", hanging_connect)
     try:
-        with pytest.raises(D.HubUnreachable) as info:
-            D.load_corpus("HuggingFaceFW/fineweb-edu")
+        with pytest.raises(C.HubUnreachable) as info:
+            C.load_corpus("HuggingFaceFW/fineweb-edu")
         assert not returned.is_set(), "the probe waited for a connect that never answered"
     finally:
         release.set()
@@ -291,7 +296,7 @@ def test_a_hub_probe_that_never_answers_is_given_up(monkeypatch, hub_calls):
 
 
 # ---------------------------------------------------------------------------------------------
-# Austen: one whole novel held out
+# Corpora: Austen, one whole novel held out
 
 
 def test_austen_validation_is_exactly_persuasion(austen):
@@ -306,71 +311,71 @@ def test_austen_novels_stay_whole_whatever_doc_sep(austen):
     # Austen's novels hold thousands of blank lines: the default cut must not reach them.
     assert "\n\n" in austen.val[0]
     for doc_sep in ("blank", "line"):
-        assert D.load_corpus("austen", doc_sep=doc_sep).fingerprint == austen.fingerprint
+        assert C.load_corpus("austen", doc_sep=doc_sep).fingerprint == austen.fingerprint
 
 
 def test_austen_other_novel_and_bad_name():
-    emma = D.load_corpus("austen", val_doc="Emma")
+    emma = C.load_corpus("austen", val_doc="Emma")
     assert emma.val[0].startswith("EMMA") and len(emma.train) == 5
     with pytest.raises(ValueError, match="not one of Austen's novels: emma, mansfieldpark"):
-        D.load_corpus("austen", val_doc="ulysses")
+        C.load_corpus("austen", val_doc="ulysses")
     with pytest.raises(ValidationError, match="ulysses"):
         D.LMDataConfig(val_doc="ulysses")
 
 
 def test_embedded_corpus_ships_with_its_provenance():
-    files = sorted(p.name for p in D.AUSTEN_DIR.iterdir())
-    assert files == ["PROVENANCE.md", *(f"{n}.txt.gz" for n in D.AUSTEN_NOVELS)]
-    assert "Persuasion" in (D.AUSTEN_DIR / "PROVENANCE.md").read_text()
+    files = sorted(p.name for p in C.AUSTEN_DIR.iterdir())
+    assert files == ["PROVENANCE.md", *(f"{n}.txt.gz" for n in C.AUSTEN_NOVELS)]
+    assert "Persuasion" in (C.AUSTEN_DIR / "PROVENANCE.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokenizer
+# Tokenizer (ema_core.lm.tokenizer)
 
 
 def test_bpe_round_trip(austen, bpe512):
     samples = [austen.val[0][:20_000], austen.train[2][-5000:], *TEXTS, "", " ", "\n\n\n", "\t \t",
-               "a  b   c    d", "ſ ﬁ ẞ \u200b zero-width, \U0001F600 and \x01 control", D.EOT + " literal EOT text"]
+               "a  b   c    d", "ſ ﬁ ẞ \u200b zero-width, \U0001F600 and \x01 control", T.EOT + " literal EOT text"]
     for text in samples:
-        ids, _ = D.encode_documents(bpe512, [text], D.eot_id(bpe512))
+        ids, _ = S.encode_documents(bpe512, [text], T.eot_id(bpe512))
         assert ids[-1] == 0 and 0 not in ids[:-1]      # only the boundary we add is EOT
         assert bpe512.decode(list(ids[:-1])) == text
 
 
 def test_bpe_is_deterministic_and_survives_json(tmp_path, austen, bpe512):
     texts = [austen.train[1][:100_000], austen.train[3][:100_000]]
-    first, second = D.train_bpe(texts, 512), D.train_bpe(texts, 512)
-    assert D.tokenizer_json(first) == D.tokenizer_json(second)
-    assert D.tokenizer_fingerprint(first) == D.tokenizer_fingerprint(second)
-    assert first.get_vocab_size() == 512 and D.eot_id(first) == 0
-    (tmp_path / "tok.json").write_text(D.tokenizer_json(bpe512))
-    loaded = D.load_tokenizer(tmp_path / "tok.json")
-    assert D.tokenizer_fingerprint(loaded) == D.tokenizer_fingerprint(bpe512)
+    first, second = T.train_bpe(texts, 512), T.train_bpe(texts, 512)
+    assert T.tokenizer_json(first) == T.tokenizer_json(second)
+    assert T.tokenizer_fingerprint(first) == T.tokenizer_fingerprint(second)
+    assert first.get_vocab_size() == 512 and T.eot_id(first) == 0
+    (tmp_path / "tok.json").write_text(T.tokenizer_json(bpe512))
+    loaded = T.load_tokenizer(tmp_path / "tok.json")
+    assert T.tokenizer_fingerprint(loaded) == T.tokenizer_fingerprint(bpe512)
     assert loaded.encode(texts[0][:3000]).ids == bpe512.encode(texts[0][:3000]).ids
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(D.CorpusError, match="bad.json: not a tokenizer JSON file"):
-        D.load_tokenizer(tmp_path / "bad.json")
+    with pytest.raises(C.CorpusError, match="bad.json: not a tokenizer JSON file"):
+        T.load_tokenizer(tmp_path / "bad.json")
 
 
 def test_chunked_encoding_equals_whole_encoding(austen, bpe512):
     # Awkward line breaks included: the cut must never fall inside a whitespace run.
     text = austen.val[0][:60_000] + "\n\n  x\n \ny\n\t\nz\n" * 50 + austen.train[0][:20_000]
     whole = bpe512.encode(text).ids
-    pieces = list(D._chunks(text, 500))
+    pieces = list(T.chunks(text, 500))
     assert len(pieces) > 50 and "".join(pieces) == text
-    chunked, n_bytes = D.encode_documents(bpe512, [text], 0, chunk_chars=500)
+    chunked, n_bytes = S.encode_documents(bpe512, [text], 0, chunk_chars=500)
     assert list(chunked[:-1]) == whole and n_bytes == len(text.encode())
 
 
 # ---------------------------------------------------------------------------------------------
-# Token streams and their cache
+# Token streams and their cache (ema_core.lm.stream), composed by prepare (ema_core.lm.data)
 
 
 def test_token_streams_cached_by_corpus_and_tokenizer(tmp_path, monkeypatch, austen):
     # The one full-size run: the 8192 BPE on five novels, then every token.
-    tok = D.cached_bpe(austen, 8192, tmp_path)
+    tok = T.cached_bpe(austen, 8192, tmp_path)
     assert tok.get_vocab_size() == 8192
-    streams = D.token_streams(austen, tok, tmp_path)
+    streams = S.token_streams(austen, tok, tmp_path)
     assert not streams.from_cache
     assert streams.train.dtype == np.uint16 and streams.train.ndim == 1
     assert int((streams.train == streams.eot_id).sum()) == 5 and int((streams.val == streams.eot_id).sum()) == 1
@@ -384,9 +389,9 @@ def test_token_streams_cached_by_corpus_and_tokenizer(tmp_path, monkeypatch, aus
     def boom(*args, **kwargs):
         raise AssertionError("recomputed instead of reading the cache")
 
-    monkeypatch.setattr(D, "train_bpe", boom)
-    monkeypatch.setattr(D, "encode_documents", boom)
-    again = D.token_streams(austen, D.cached_bpe(austen, 8192, tmp_path), tmp_path)
+    monkeypatch.setattr(T, "train_bpe", boom)
+    monkeypatch.setattr(S, "encode_documents", boom)
+    again = S.token_streams(austen, T.cached_bpe(austen, 8192, tmp_path), tmp_path)
     assert again.from_cache and again.path == streams.path
     assert np.array_equal(again.train, streams.train) and np.array_equal(again.val, streams.val)
     meta = json.loads((streams.path / "meta.json").read_text())
@@ -396,11 +401,11 @@ def test_token_streams_cached_by_corpus_and_tokenizer(tmp_path, monkeypatch, aus
 
 
 def test_cache_key_follows_content(tmp_path, bpe512):
-    a = D._corpus("x", ["one document\n"], ["held out\n"], "")
-    b = D._corpus("y", ["one document\n"], ["held out\n"], "")          # same text, other name
-    c = D._corpus("x", ["one document\n", "held out\n"], [], "")        # same text, other split
+    a = C.Corpus.from_documents("x", ["one document\n"], ["held out\n"], "")
+    b = C.Corpus.from_documents("y", ["one document\n"], ["held out\n"], "")          # same text, other name
+    c = C.Corpus.from_documents("x", ["one document\n", "held out\n"], [], "")        # same text, other split
     assert a.fingerprint == b.fingerprint != c.fingerprint
-    assert D.token_streams(a, bpe512, tmp_path).key == D.token_streams(b, bpe512, tmp_path).key
+    assert S.token_streams(a, bpe512, tmp_path).key == S.token_streams(b, bpe512, tmp_path).key
 
 
 def test_prepare_on_a_local_corpus(tmp_path):
@@ -418,11 +423,11 @@ def test_prepare_on_a_local_corpus(tmp_path):
 
 def test_bits_per_byte_known_case():
     # ln 2 nats per token = 1 bit per token; 4 bytes per token → 0.25 bit per byte.
-    assert D.bits_per_byte(math.log(2), 1000, 4000) == pytest.approx(0.25)
+    assert S.bits_per_byte(math.log(2), 1000, 4000) == pytest.approx(0.25)
     # A uniform guess over 256 byte-tokens, one byte each: 8 bits per byte.
-    assert D.bits_per_byte(math.log(256), 10, 10) == pytest.approx(8.0)
+    assert S.bits_per_byte(math.log(256), 10, 10) == pytest.approx(8.0)
     with pytest.raises(ValueError):
-        D.bits_per_byte(1.0, 10, 0)
+        S.bits_per_byte(1.0, 10, 0)
 
 
 def test_default_cache_dir_follows_emalab_home(tmp_path, monkeypatch):
@@ -436,8 +441,13 @@ def test_default_cache_dir_follows_emalab_home(tmp_path, monkeypatch):
     assert emalab_home() == jobs_home()
 
 
-def test_data_module_imports_light():
+def test_data_modules_import_light():
     code = ("import sys, ema_core.lm.data; "
             "bad = [m for m in ('streamlit', 'duckdb', 'jobs', 'datasets', 'torch') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    # The app's source check reads looks_like_path from the corpus module: no tokenizer library with it.
+    code = ("import sys, ema_core.lm.corpus; "
+            "bad = [m for m in ('tokenizers', 'datasets', 'torch') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

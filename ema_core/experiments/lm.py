@@ -19,10 +19,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import seed_field
-from ema_core.lm.data import LMDataConfig, prepare, tokenizer_json
+from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm import predictors, sizes
 from ema_core.lm.rates import AUTO, AUTO_LR
 from ema_core.lm.sizes import build_model
+from ema_core.lm.tokenizer import tokenizer_json
 from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
 
