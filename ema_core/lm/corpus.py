@@ -337,7 +337,7 @@ def _iter_hub(spec: str) -> Iterator[str]:
 
 
 def _load_dataset(*args, **kwargs):
-    import datasets  # 0.6 s: only a file or hub corpus needs it; Austen (the default) and the registry do not
+    import datasets  # 0.6 s: only reading a corpus needs it (Austen's files too), not importing the registry
 
     # Streaming writes no Arrow files, only lock files and hub metadata: keep them with our other
     # rebuildable data rather than in the user's ~/.cache.
