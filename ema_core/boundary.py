@@ -34,9 +34,11 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 from ema_core.boundary_findings import TASKS  # declared where the store reads it without torch
+from ema_core.schedule import warmup_cosine
 
 SPLITS = ("train", "dev", "test")
 IGNORE = -100  # a position with nothing to score (F.cross_entropy's ignore_index)
+LR_FLOOR = 0.1  # each cell's cosine ends at this fraction of its learning rate
 
 # The sentence grammar of the agreement tasks: four categories, five templates, a full stop (token 0).
 CATEGORIES = ("det", "adj", "noun", "verb")
@@ -231,18 +233,13 @@ class Trainer:
         self.done = 0
         self.loss = math.nan
 
-    def scale(self, step: int) -> float:
-        if step < self.warmup:
-            return (step + 1) / self.warmup
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - self.warmup) / max(1, self.steps - self.warmup)))
-
     def advance(self, until: int, should_stop=lambda: False) -> bool:
         """Train up to step ``until``; False when ``should_stop`` answered yes first."""
         for step in range(self.done, min(until, self.steps)):
             if should_stop():
                 return False
             for group in self.opt.param_groups:
-                group["lr"] = self.lr * self.scale(step)
+                group["lr"] = self.lr * warmup_cosine(step, self.steps, self.warmup, LR_FLOOR)
             # drawn on the CPU generator whatever the device: the same minibatches on CPU and CUDA
             idx = torch.randint(len(self.data.tokens), (self.batch,), generator=self.gen).to(self.data.tokens.device)
             logits = self.model(self.data.tokens[idx])

@@ -25,14 +25,16 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Annotated, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ema_core.lm.rates import Auto
 from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
+from ema_core.schedule import warmup_cosine
 
 CHECKPOINT_FORMAT = 1
 
@@ -45,7 +47,9 @@ class TrainConfig(BaseModel):
     steps: int = Field(1000, ge=1, le=10_000_000, description="optimiser steps")
     batch: int = Field(16, ge=1, le=65_536, description="sequences per step (per process under DDP)")
     seq_len: int = Field(256, ge=2, le=131_072, description="tokens per training sequence (and per eval window)")
-    lr: float = Field(3e-3, gt=0.0, le=10.0, description="peak learning rate")
+    lr: Annotated[float, Field(gt=0.0, le=10.0)] | Auto = Field(
+        3e-3, description="peak learning rate, or auto: the rate chosen for the model and size (ema_core.lm.rates), "
+                          "resolved by the run, which records the number it used")
     min_lr_frac: float = Field(0.1, ge=0.0, le=1.0, description="the cosine ends at this fraction of lr")
     warmup: int = Field(100, ge=0, le=10_000_000, description="steps of linear warm-up")
     weight_decay: float = Field(0.1, ge=0.0, le=10.0, description="AdamW decay on weight matrices")
@@ -56,6 +60,14 @@ class TrainConfig(BaseModel):
     final_eval_tokens: int = Field(0, ge=0, le=10**10, description="validation tokens at the end (0: all of them)")
     log_every: int = Field(10, ge=1, le=10_000_000, description="steps between logged training losses")
     checkpoint_every: int = Field(200, ge=1, le=10_000_000, description="steps between checkpoints")
+
+    @field_validator("lr", mode="wrap")
+    @classmethod
+    def _rate(cls, v, handler):
+        try:
+            return handler(v)
+        except ValidationError:  # one line, rather than one per member of the union
+            raise ValueError("expects a number in (0, 10] or auto") from None
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> "TrainConfig":
@@ -75,12 +87,7 @@ class Streams:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for optimiser step ``step`` (0-based): linear warm-up, then cosine to min_lr_frac·lr."""
-    if cfg.warmup and step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    span = max(1, cfg.steps - cfg.warmup)
-    progress = min(1.0, (step - cfg.warmup) / span)
-    floor = cfg.lr * cfg.min_lr_frac
-    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.lr * warmup_cosine(step, cfg.steps, cfg.warmup, cfg.min_lr_frac)
 
 
 def batch_at(train: torch.Tensor, step: int, cfg: TrainConfig, seed: int, rank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,8 +166,11 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     ``val/ppl`` and ``val/bpb`` every ``eval_every`` steps (rank 0 only), progress, and checkpoints;
     ``should_stop()`` is polled every step (a checkpoint is written, then :class:`Cancelled` raised).
     ``extra_state`` is stored in every checkpoint and must equal the stored one on resume (the caller's
-    identity of the run: its config, as a :class:`~ema_core.protocol.StoredConfig`).
+    identity of the run: its config, as a :class:`~ema_core.protocol.StoredConfig`).  ``cfg.lr`` is a
+    number: "auto" names no rate until the caller resolves it for its model (``rates.resolve_lr``).
     """
+    if isinstance(cfg.lr, str):
+        raise ValueError(f"train_lm trains at a number; resolve train.lr={cfg.lr} first (ema_core.lm.rates.resolve_lr)")
     reporter = reporter or NullReporter()
     device = torch.device(device)
     rank, world = _dist()
