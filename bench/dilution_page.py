@@ -25,7 +25,8 @@ from pathlib import Path
 from streamlit.logger import set_log_level
 from streamlit.testing.v1 import AppTest
 
-from ema_core.config import PAPER_ALPHAS, DilutionConfig
+from ema_core.config import PAPER_ALPHAS
+from ema_core.dilution_config import DilutionConfig
 from ema_core.dilution import analytic_frame, effective_window, half_life, interference_energy, measure_identity
 
 ROOT = Path(__file__).resolve().parents[1]

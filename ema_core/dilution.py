@@ -38,7 +38,7 @@ import pandas as pd
 from scipy import linalg
 
 from ema_core.blas import blas_limit
-from ema_core.config import DilutionConfig, Precision, StreamConfig
+from ema_core.dilution_config import DilutionConfig, Precision, StreamConfig
 from ema_core.jit import njit, prange
 from ema_core.scan import ema_scan, validate_alphas
 

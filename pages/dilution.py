@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
-from ema_core.config import PAPER_ALPHAS, Decoder, DilutionConfig, Precision
+from ema_core.config import PAPER_ALPHAS
+from ema_core.dilution_config import Decoder, DilutionConfig, Precision
 from ema_core.dilution import (
     IdentityResult,
     analytic_frame,

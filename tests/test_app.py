@@ -8,7 +8,7 @@ import pytest
 from pydantic import Field
 from streamlit.testing.v1 import AppTest
 
-import ema_core.config
+import ema_core.dilution_config
 from ema_core.dilution import ALL_RATES
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
@@ -188,10 +188,10 @@ def test_oversized_measurement_is_refused():
 
 def test_invalid_config_is_an_error_message(monkeypatch):
     # The widgets' ranges sit inside the config's, so tighten the config to reach the error path.
-    class Tight(ema_core.config.DilutionConfig):
+    class Tight(ema_core.dilution_config.DilutionConfig):
         vocab: int = Field(64, ge=2, le=16)
 
-    monkeypatch.setattr(ema_core.config, "DilutionConfig", Tight)
+    monkeypatch.setattr(ema_core.dilution_config, "DilutionConfig", Tight)
     at = _ok(_app().run())
     assert len(at.error) == 1
     assert "vocab" in at.error[0].value and "16" in at.error[0].value

@@ -7,7 +7,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from ema_core.config import DilutionConfig, StreamConfig, config_error
+from ema_core.config import config_error
+from ema_core.dilution_config import DilutionConfig, StreamConfig
 from ema_core.dilution import (
     ALL_RATES,
     analytic_frame,

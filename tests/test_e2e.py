@@ -258,7 +258,7 @@ def _scroll_to_top(locator) -> None:
 def _limit_texts(**settings) -> tuple[str, list[str]]:
     """What the Trace dilution page says of which limit applies at these settings (the rest at their
     defaults, the page's own), as the browser shows it: the summary's paragraph and one line per rate."""
-    from ema_core.config import DilutionConfig
+    from ema_core.dilution_config import DilutionConfig
     from ema_core.dilution import limit_sentences, limit_summary, measure_identity
 
     cfg = DilutionConfig(**settings)

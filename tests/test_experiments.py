@@ -232,7 +232,7 @@ def test_peel_sweep_names_lag_8_at_quick_and_noise_takes_it_away():
 
 def test_peel_sweep_matches_the_closed_form_measurement():
     # Same stream (the sweep's torch scan, the page's numba scan), same held-out steps, same decoder.
-    from ema_core.config import DilutionConfig
+    from ema_core.dilution_config import DilutionConfig
     from ema_core.dilution import measure_identity
 
     cfg = build_config("dilution", overrides=dict(TINY, decoder="peel", precision="float16", max_lag=10))

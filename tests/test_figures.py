@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from ema_core import palette
-from ema_core.config import DilutionConfig
+from ema_core.dilution_config import DilutionConfig
 from ema_core.dilution import ALL_RATES, analytic_frame, measure_identity, rate_label
 from ema_core.figures import SUBTITLE_SIZE, TITLE_SIZE, WIDTH, chart_to_png, chart_to_svg, text_width
 from ema_core.figures.content import CURVE_WIDTH, lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame

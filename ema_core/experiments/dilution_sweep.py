@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.config import PAPER_ALPHAS, Decoder, StreamConfig, check_decoder_window, check_rates, seed_field
+from ema_core.config import PAPER_ALPHAS, check_rates, seed_field
+from ema_core.dilution_config import Decoder, StreamConfig, check_decoder_window
 from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
 
 KIND = "dilution"
