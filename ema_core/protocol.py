@@ -16,11 +16,11 @@ import io
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from ema_core.rundir import current_config
+from ema_core.rundir import current_config, declare_older_shapes
 
 
 class Cancelled(Exception):
@@ -75,6 +75,20 @@ class Experiment:
     # studies do; an extension whose quick map takes half an hour (the boundary map) is launched from
     # its own page.
     one_click: bool = True
+    # The shapes this kind's config had in run folders made before it changed, read in today's
+    # (ema_core.rundir.current_config).  Each is frozen once declared: it describes files that
+    # exist, so a later change of the config adds entries rather than editing these.
+    # ``older_paths``: a name of the flat config of runs made before configs were nested, by the
+    # dotted path it has today ({"steps": "train.steps"}); ``--set`` still takes these names.
+    older_paths: Mapping[str, str] = field(default_factory=dict)
+    # ``older_behaviour``: a setting added since whose default is not what older runs did, by the
+    # value they ran with: a stored config that lacks it resumes with that value.
+    older_behaviour: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Declared here, read by every reader of a run folder (ingest, runner, worker, a resuming
+        # checkpoint's StoredConfig) without importing this kind's experiment.
+        declare_older_shapes(self.kind, dict(self.older_paths), dict(self.older_behaviour))
 
 
 @dataclass

@@ -4,7 +4,8 @@ Workers never open the DuckDB store (one process may hold it read-write, and the
 open it at all).  They write their run folder; ``store.ingest`` is the only writer of the store.
 This format is the contract between the two: it lives here, beside the science and below both,
 so that the job runner and the store each import it and neither imports the other.  It imports
-only the standard library, ``ema_core.paths`` and ``ema_core.config`` (the shape of a config).
+only the standard library, ``ema_core.paths`` and ``ema_core.config`` (the shape of a config);
+the older shapes of each kind's config are declared to it by the experiments (:data:`OLDER_SHAPES`).
 
 Layout of ``$EMALAB_HOME/runs/<run_id>/``::
 
@@ -65,46 +66,32 @@ class DamagedRunError(ValueError):
     """A file of a run folder is not what EMA Lab writes there; the message is one line naming it."""
 
 
-def _moved(group: str, names: str) -> dict[str, str]:
-    return {name: f"{group}.{name}" for name in names.split()}
+# Run folders made before a kind's config changed shape hold the older shape: flat configs from before
+# configs were nested ("steps", "hebbian_lr"), or configs without a setting added since whose default
+# is not what those runs did.  Each study's Experiment declares its own (``older_paths``,
+# ``older_behaviour``: see ema_core.protocol.Experiment), and declaring it registers them here, so
+# that every reader of a run folder reads the config in today's shape without naming a study.  A
+# process that reads run folders imports ema_core.experiments first (the runner, the worker and the
+# CLI do at the top; the store's ingest before it reads a config).
+OLDER_SHAPES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {}
 
 
-# Run folders made before configs were nested hold flat configs ("steps", "hebbian_lr").  Each
-# flat name that moved, by kind, to its path today.  Frozen: it describes files that exist, so a
-# later change of the configs adds a map of its own rather than editing this one.  The same names
-# stay accepted by ``--set`` (ema_core.experiments.build_config) as short aliases.
-FLAT_CONFIG_PATHS: dict[str, dict[str, str]] = {
-    "dilution": {**_moved("stream", "vocab dim max_lag window n_train n_test"),
-                 **_moved("train", "steps batch lr log_every checkpoint_every")},
-    "structure": {**_moved("grammar", "deep_depth held_out_fraction"),
-                  **_moved("spcn", "code_dim units k rates reset_at_sentence context_gain passes precision_rate "
-                                   "precision_clip"),
-                  "hebbian_lr": "spcn.lr", "hebbian_batch": "spcn.batch",
-                  **{f"bigru_{name}": f"bigru.{name}" for name in "embed hidden max_epochs patience unk_dropout".split()}},
-    "lm": {**_moved("data", "corpus val_doc val_fraction max_docs max_chars tokenizer vocab_size"),
-           **_moved("train", "steps batch seq_len lr min_lr_frac warmup weight_decay beta2 grad_clip eval_every "
-                             "eval_tokens final_eval_tokens log_every checkpoint_every")},
-}
-
-
-# Settings added later whose default today is not what older runs did: a stored config that lacks
-# one ran with the value here, and must resume with it.  Frozen, like the map above.
-OLDER_BEHAVIOUR: dict[str, dict[str, Any]] = {
-    "lm": {"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
-}
+def declare_older_shapes(kind: str, older_paths: dict[str, str], older_behaviour: dict[str, Any]) -> None:
+    """Register ``kind``'s older config shapes (called by ``Experiment`` as it is declared)."""
+    OLDER_SHAPES[kind] = (dict(older_paths), dict(older_behaviour))
 
 
 def current_config(kind: str, config: dict) -> dict:
-    """A stored config in today's shape: a flat one of an older run folder is nested, and a setting
-    added since that changed what a run does is given the value the older run ran with
-    (:data:`OLDER_BEHAVIOUR`); a config of today passes as it is.
+    """A stored config in today's shape: a flat one of an older run folder is nested (the kind's
+    ``older_paths``), and a setting added since that changed what a run does is given the value the
+    older run ran with (its ``older_behaviour``); a config of today passes as it is.
 
     Values are not checked here (the worker validates the config it runs).
     """
-    moves = FLAT_CONFIG_PATHS.get(kind, {})
+    moves, behaviour = OLDER_SHAPES.get(kind, ({}, {}))
     if any(key in moves for key in config):
         config = nest({moves.get(key, key): value for key, value in config.items()})
-    missing = {path: value for path, value in OLDER_BEHAVIOUR.get(kind, {}).items() if not _has_path(config, path)}
+    missing = {path: value for path, value in behaviour.items() if not _has_path(config, path)}
     if not missing or not all(_has_path(config, path.rsplit(".", 1)[0]) for path in missing if "." in path):
         return config  # a config without the group at all is not one of these runs: left for the check
     out = json.loads(json.dumps(config))  # a copy: the caller's dict is not changed

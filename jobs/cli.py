@@ -30,10 +30,10 @@ from typing import Any, NoReturn, Sequence
 
 from tqdm import tqdm
 
+from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import units_for, with_unit
 from ema_core.messages import one_line
 from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError
-from jobs.registry import REGISTRY, build_config
 from jobs.runner import LocalRunner, existing_run, format_duration, next_free_seed
 
 # The store (pandas and DuckDB, 0.5 s to import) is imported by the commands that open it, not here:

@@ -19,11 +19,11 @@ import sys
 
 import torch.distributed as dist
 
+from ema_core.experiments import build_config, get_experiment
 from ema_core.lm.train import init_distributed
 from ema_core.protocol import NullReporter
 from ema_core.rundir import RESUMABLE_STATES, RunDir, now_iso, run_id_for
 from jobs.cli import jsonable, parse_sets
-from jobs.registry import build_config, get_experiment
 from jobs.worker import run_job
 from store import StoreError, ingest
 

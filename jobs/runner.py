@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel
 
 from ema_core.config import flatten, short_names
-from jobs.registry import build_config, get_experiment
+from ema_core.experiments import build_config, get_experiment
 from ema_core.rundir import (
     FINAL_STATES,
     RESUMABLE_STATES,

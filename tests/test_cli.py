@@ -258,7 +258,7 @@ def test_a_damaged_row_is_listed_plainly():
 
 
 def test_run_help_lists_every_kinds_presets():
-    from jobs.registry import REGISTRY
+    from ema_core.experiments import REGISTRY
 
     rc, out, err = run_main("run", "lm", "--help")
     flat = " ".join(out.split())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ import store
 from ema_core.config import flatten
 from ema_core.experiments import REGISTRY, NullReporter, build_config
 from ema_core.protocol import StoredConfig
-from ema_core.rundir import FLAT_CONFIG_PATHS, RunDir, atomic_write, current_config, wait_for
+from ema_core.rundir import OLDER_SHAPES, RunDir, atomic_write, current_config, wait_for
 from jobs.runner import LocalRunner, job_label
 
 LONG = dict(alphas="0.5,0.1", vocab=16, dim=16, max_lag=4, n_train=512, n_test=256, steps=1000, batch=32,
@@ -29,7 +31,7 @@ def flat_form(kind: str, config: dict) -> dict:
     Settings a group has that the flat config did not (``bigru.layers``) are left out, as they were:
     the older code ran them at their defaults, and the tests keep them there.
     """
-    back = {path: name for name, path in FLAT_CONFIG_PATHS[kind].items()}
+    back = {path: name for name, path in REGISTRY[kind].older_paths.items()}
     return {back.get(path, path): value for path, value in flatten(config).items() if "." not in back.get(path, path)}
 
 
@@ -73,6 +75,28 @@ def test_a_config_of_today_passes_as_it_is():
     cfg = build_config("lm", preset="quick").model_dump(mode="json")
     assert current_config("lm", cfg) is cfg
     assert current_config("some-later-kind", {"steps": 3}) == {"steps": 3}
+
+
+def test_each_kind_declares_its_older_shapes_in_its_experiment():
+    # What the readers of run folders use is what each experiment declared, and nothing else.
+    assert {kind: (dict(e.older_paths), dict(e.older_behaviour)) for kind, e in REGISTRY.items()} == OLDER_SHAPES
+    assert REGISTRY["structure"].older_paths["hebbian_lr"] == "spcn.lr"
+    assert REGISTRY["lm"].older_behaviour == {"data.doc_sep": "none"}
+    assert not REGISTRY["boundary"].older_paths  # made after configs were nested
+
+
+def test_the_store_reads_an_older_run_without_its_caller_loading_an_experiment(tmp_path):
+    # A notebook or script that imports only the store: importing it loads no torch, and its ingest
+    # still reads an older flat config in today's shape (it loads the experiments' declarations).
+    home = tmp_path / "home"
+    cfg = build_config("dilution", overrides={"steps": 7, "vocab": 20})
+    rd = RunDir.for_id("dilution-000000000000-s0", home)
+    rd.create("dilution", flat_form("dilution", cfg.model_dump(mode="json")), 0)
+    code = ("import json, sys; from pathlib import Path; import store; "
+            "print('torch' in sys.modules); store.ingest(home=Path(sys.argv[1])); "
+            "print(json.loads(store.list_runs(home=Path(sys.argv[1])).loc[0, 'config'])['train']['steps'])")
+    out = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "7"]
 
 
 def _make_older(rd: RunDir) -> None:

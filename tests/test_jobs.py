@@ -7,7 +7,6 @@ import time
 import pytest
 
 from ema_core.experiments import REGISTRY, NullReporter, build_config
-from jobs.registry import REGISTRY as JOBS_REGISTRY
 from jobs.runner import LocalRunner
 from ema_core.rundir import RunDir, pid_alive, wait_for
 
@@ -61,10 +60,6 @@ def _wait_for_checkpoint(rd: RunDir, timeout=PATIENCE):
 def long_reference():
     # The uninterrupted run, in this process: the same bits as in a worker (one thread, one order).
     return REGISTRY["dilution"].run(build_config("dilution", overrides=LONG, seed=3), NullReporter())
-
-
-def test_registry_is_reexported():
-    assert JOBS_REGISTRY is REGISTRY
 
 
 def test_quick_preset_end_to_end(home, runners):

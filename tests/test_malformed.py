@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 
 from ema_core.config import resolve_setting, setting_fields
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.rundir import FLAT_CONFIG_PATHS
 from jobs import cli
 
 CONFIG = REGISTRY["dilution"].config_cls
@@ -139,7 +138,7 @@ def bad_value(name: str) -> st.SearchStrategy[str]:
 bad_setting = st.sampled_from(sorted(FIELDS)).flatmap(lambda n: st.tuples(st.just(n), bad_value(n)))
 def _is_setting(key: str) -> bool:
     try:
-        resolve_setting(CONFIG, key, FLAT_CONFIG_PATHS["dilution"])
+        resolve_setting(CONFIG, key, dict(REGISTRY["dilution"].older_paths))
     except ValueError:
         return False
     return True

@@ -20,7 +20,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ema_core.config import config_error, nest, resolve_setting, setting_fields
 from ema_core.experiments import boundary, dilution_sweep, lm, structure
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
-from ema_core.rundir import FLAT_CONFIG_PATHS
 
 # A small explicit map: a kind not listed here is rejected when its config is built.
 REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT, lm.EXPERIMENT,
@@ -56,7 +55,7 @@ def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any]
             raise ValueError(f"unknown preset {preset!r} for {kind}; presets: {', '.join(exp.presets)}")
         values.update(exp.presets[preset])
     for key, raw in _leaves(overrides or {}).items():
-        path = resolve_setting(exp.config_cls, key, FLAT_CONFIG_PATHS.get(kind), what=kind)
+        path = resolve_setting(exp.config_cls, key, dict(exp.older_paths), what=kind)
         annotation = fields[path].annotation
         value = _parse_value(annotation, raw)
         # Pydantic's lax mode reads True as 1: "--set steps=true" would quietly run one step.

@@ -333,4 +333,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="Identity decoding from EMA traces over a grid of rates and lags (decoders trained by Adam).",
+    # Runs made before configs were nested: the stream's and the training's settings were flat.
+    older_paths={**{name: f"stream.{name}" for name in "vocab dim max_lag window n_train n_test".split()},
+                 **{name: f"train.{name}" for name in "steps batch lr log_every checkpoint_every".split()}},
 )

@@ -446,4 +446,10 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="Grammatical roles: SPCN traces (Hebbian, zero labels) probed per role against a supervised BiGRU.",
+    # Runs made before configs were nested: the grammar's, SPCN's and the BiGRU's settings were flat.
+    older_paths={**{name: f"grammar.{name}" for name in "deep_depth held_out_fraction".split()},
+                 **{name: f"spcn.{name}" for name in "code_dim units k rates reset_at_sentence context_gain passes "
+                                                    "precision_rate precision_clip".split()},
+                 "hebbian_lr": "spcn.lr", "hebbian_batch": "spcn.batch",
+                 **{f"bigru_{name}": f"bigru.{name}" for name in "embed hidden max_epochs patience unk_dropout".split()}},
 )
