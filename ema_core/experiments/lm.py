@@ -179,6 +179,13 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     rows = [{"split": "val", "loss": final["loss"], "ppl": final["ppl"], "bpb": final["bpb"]}] if final else []
     return {"summary": summary, "tables": {"lm_eval": rows}}
 
+    # Runs made before configs were nested: the data's and the training's settings were flat.
+    older_paths={**{name: f"data.{name}" for name in "corpus val_doc val_fraction max_docs max_chars tokenizer "
+                                                     "vocab_size".split()},
+                 **{name: f"train.{name}" for name in "steps batch seq_len lr min_lr_frac warmup weight_decay beta2 "
+                                                      "grad_clip eval_every eval_tokens final_eval_tokens log_every "
+                                                      "checkpoint_every".split()}},
+    older_behaviour={"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
 
 def _under_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
