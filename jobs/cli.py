@@ -2,7 +2,7 @@
 
     emalab run KIND [--preset P] [--set key=value ...] [--seed N] [--background] [--json]
     emalab jobs list|show|cancel|resume|logs [RUN_ID] [--json]
-    emalab export --table NAME --format csv|latex|markdown [--runs ID ...] [--grouped] [--out FILE] [--json]
+    emalab export --table NAME --format FORMAT [--runs ID ...] [--grouped] [--out FILE] [--json]
     emalab store migrate|check [--json]
     emalab bench scan|dilution-page [--quick] [--json]
 
@@ -26,7 +26,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from tqdm import tqdm
 
@@ -52,8 +52,18 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    # Called before the help is printed: see format_help.
+    late_help: Callable[[], None] | None = None
+
     def error(self, message: str) -> NoReturn:  # one line, not usage + message
         raise UsageError(message)
+
+    def format_help(self) -> str:
+        # A list that comes from a registry the command loads only when it runs (the store's tables
+        # and formats) is filled in when the help is printed, so other commands need not load it.
+        if self.late_help is not None:
+            self.late_help()
+        return super().format_help()
 
 
 # --- output ---------------------------------------------------------------------------------------
@@ -291,6 +301,8 @@ def cmd_export(args) -> int:
     # file, no export folder and no export behind.
     if args.table not in ex.EXPORT_TABLES:
         raise UsageError(f"--table must be one of {', '.join(ex.EXPORT_TABLES)}, got {args.table!r}")
+    if args.format not in ex.FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(ex.FORMATS)}, got {args.format!r}")
     if args.grouped and args.table not in GROUPABLE:
         raise UsageError(f"--grouped: table {args.table!r} cannot be grouped across seeds; "
                          f"groupable: {', '.join(GROUPABLE)}")
@@ -442,6 +454,14 @@ def _record(bench: str, report: dict, args) -> int:
 # --- entry point --------------------------------------------------------------------------------
 
 
+def _export_help(table: argparse.Action, fmt: argparse.Action) -> None:
+    """`emalab export --help`'s lists, from the store's registries (every table a study registers)."""
+    from store import export as ex  # pandas and DuckDB (0.5 s): only when this help is printed
+
+    table.help = "one of: " + "; ".join(f"{name} ({t.description})" for name, t in ex.EXPORT_TABLES.items())
+    fmt.help = "one of: " + "; ".join(f"{name}: {f.label}" for name, f in ex.FORMATS.items())
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="emalab", description="EMA Lab: experiments, jobs, exports, the store and benchmarks.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
@@ -467,10 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--json", action="store_true", help="print one JSON object")
     jobs.set_defaults(fn=cmd_jobs)
 
-    exp = sub.add_parser("export", help="export a result table as CSV, LaTeX (booktabs) or Markdown")
-    exp.add_argument("--table", required=True, help="runs, metrics_final, dilution_accuracy, probe_accuracy, "
-                                                    "lm_eval, bench_figures")
-    exp.add_argument("--format", required=True, choices=["csv", "latex", "markdown"])
+    exp = sub.add_parser("export", help="export a result table from the store (emalab export --help: the tables and "
+                                        "formats)")
+    table = exp.add_argument("--table", required=True, metavar="NAME")
+    fmt = exp.add_argument("--format", required=True, metavar="FORMAT")
+    exp.late_help = lambda: _export_help(table, fmt)
     exp.add_argument("--runs", nargs="*", metavar="RUN_ID", help="only these runs (default: all)")
     exp.add_argument("--grouped", action="store_true", help="equal configs across seeds as mean ± std")
     exp.add_argument("--out", help="file name inside $EMALAB_HOME/exports (default: TABLE.EXT)")

@@ -1,4 +1,4 @@
-"""Export: pick a table and runs, group seeds as mean ± std, preview, download CSV/LaTeX/Markdown and figures."""
+"""Export: pick a table and runs, group seeds as mean ± std, preview, download it in every format and its figures."""
 from __future__ import annotations
 
 import streamlit as st
@@ -10,9 +10,6 @@ from pages._ui import chart_with_downloads
 from store import EMPTY, EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
 
 ensure_router()  # before anything is drawn: see pages/_router.py
-
-MIME = {"csv": "text/csv", "latex": "application/x-tex", "markdown": "text/markdown"}
-LABEL = {"csv": "CSV", "latex": "LaTeX", "markdown": "Markdown"}
 
 st.title("Export")
 st.markdown(
@@ -50,10 +47,10 @@ if len(frame):
     stem = table + ("-grouped" if grouped and can_group else "")
     # Keyed by the table: a button offered for the table picked before cannot be clicked for this one.
     with st.container(horizontal=True, gap="small"):
-        for fmt in FORMATS:
+        for fmt, spec in FORMATS.items():
             st.download_button(
-                LABEL.get(fmt, fmt), lambda fmt=fmt: render_table(table, fmt, run_ids, grouped and can_group),
-                file_name=stem + FORMATS[fmt], mime=MIME.get(fmt), key=f"export_{stem}_{fmt}", on_click="ignore",
+                spec.label, lambda fmt=fmt: render_table(table, fmt, run_ids, grouped and can_group),
+                file_name=stem + spec.ext, mime=spec.mime, key=f"export_{stem}_{fmt}", on_click="ignore",
                 icon=":material/download:",
             )
 

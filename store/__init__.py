@@ -22,7 +22,7 @@ from .export import (EMPTY, EXPORT_TABLES, FORMATS, export_table, exports_dir, m
                      table_frame)
 from .ingest import ResultError, ingest, record_bench
 from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, final_metrics, grouped, list_runs,
-                      metric_keys, metric_series, run_detail, store_summary)
+                      metric_keys, metric_series, query_frame, run_detail, store_summary)
 from .schema import SCHEMA_VERSION
 
 # Imported here, so that their tables are registered (queries.GROUPABLE, export.EXPORT_TABLES)
@@ -34,6 +34,6 @@ __all__ = [
     "ResultError", "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError", "bench_figures",
     "boundary", "check", "config_id", "config_without_seed", "content", "dilution", "export_table", "exports_dir",
     "final_metrics", "grouped", "ingest", "list_runs", "mean_std_cells", "metric_keys", "metric_series", "migrate",
-    "migrate_store", "open_store", "record_bench", "render_table", "run_detail", "store_path", "store_summary",
-    "structure", "table_frame",
+    "migrate_store", "open_store", "query_frame", "record_bench", "render_table", "run_detail", "store_path",
+    "store_summary", "structure", "table_frame",
 ]

@@ -1,4 +1,4 @@
-"""Exports: a table from the store as CSV, LaTeX (booktabs) or Markdown.
+"""Exports: a table from the store in each of :data:`FORMATS` (CSV, LaTeX booktabs, Markdown, Parquet).
 
 The tables come from an allow-list, each backed by a query in ``store.queries`` or in a study's file
 of ``store/`` (which adds its tables here with :func:`register_table` when ``store`` is imported),
@@ -14,7 +14,8 @@ Grouped exports average runs whose configs differ only in their seed (and, where
 several seeds and each row carries its own, over those seeds too: ``RunTable.seeds_in_rows``).
 LaTeX and Markdown show one ``mean ± std`` cell per value, with one number of decimals per column,
 and the mean alone where the seeds agree exactly (a constant such as chance); CSV keeps
-``<value>_mean`` and ``<value>_std`` as numbers, since a CSV is read by programs.  LaTeX comes as a
+``<value>_mean`` and ``<value>_std`` as numbers, since a CSV is read by programs (and so does
+Parquet, typed columns for a notebook: ``docs/notebook.md``).  LaTeX comes as a
 ``table`` float with a caption (what the table is, from how many runs and seeds) and a label
 (``tab:<table>``).  A table with no rows is still written (CSV: the header; Markdown and LaTeX: the
 header and a line saying ``empty: no rows``), and :func:`write_export` reports ``rows``, so the CLI
@@ -24,9 +25,11 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+import duckdb
 import pandas as pd
 
 from ema_core.tables import EMPTY, decimals_by, number_text, to_latex_booktabs, to_markdown
@@ -35,7 +38,19 @@ from ema_core.rundir import StorageError, atomic_write, emalab_home
 from . import queries
 from .queries import RunIds
 
-FORMATS = {"csv": ".csv", "latex": ".tex", "markdown": ".md"}
+class Format(NamedTuple):
+    ext: str    # the file name's ending
+    label: str  # what a button, a help text or a message calls it
+    mime: str   # what a download says it is
+
+
+# By name, in the order the CLI's help and the export page offer them.
+FORMATS: dict[str, Format] = {
+    "csv": Format(".csv", "CSV", "text/csv"),
+    "latex": Format(".tex", "LaTeX", "application/x-tex"),  # a booktabs table float (ema_core.tables)
+    "markdown": Format(".md", "Markdown", "text/markdown"),
+    "parquet": Format(".parquet", "Parquet", "application/vnd.apache.parquet"),
+}
 MEAN_STD_DIGITS = 3
 MAX_NAME_BYTES = 200  # of one path component; file systems allow 255
 
@@ -180,8 +195,21 @@ def label(name: str, grouped: bool = False) -> str:
 
 
 class Rendered(NamedTuple):
-    text: str
+    data: str | bytes  # text, or for Parquet the file's bytes
     rows: int
+
+
+def parquet_bytes(df: pd.DataFrame) -> bytes:
+    """``df`` as a Parquet file, written by DuckDB (its own in-memory database, not the store)."""
+    # DuckDB writes a file, not a buffer: a private temporary folder, read back whole, so the export
+    # still appears atomically (atomic_write) and the download button gets the same bytes.
+    with tempfile.TemporaryDirectory(prefix="emalab-parquet-") as tmp:
+        path = Path(tmp) / "table.parquet"
+        with duckdb.connect() as conn:
+            conn.register("frame", df)
+            quoted = path.as_posix().replace("'", "''")  # a file name is not a parameter in COPY
+            conn.execute(f"COPY frame TO '{quoted}' (FORMAT parquet)")
+        return path.read_bytes()
 
 
 def render(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *,
@@ -191,6 +219,8 @@ def render(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *
     df = table_frame(name, run_ids, grouped, home=home)
     if fmt == "csv":
         return Rendered(df.to_csv(index=False), len(df))
+    if fmt == "parquet":  # numbers as numbers, like CSV; times and text typed
+        return Rendered(parquet_bytes(df), len(df))
     by = EXPORT_TABLES[name].by
     text_df = _for_text(mean_std_cells(df, by=by) if grouped else df)
     if fmt == "markdown":
@@ -200,9 +230,9 @@ def render(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *
 
 
 def render_table(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = False, *,
-                 home: Path | None = None) -> str:
-    """The export's text, for a download button; nothing is written."""
-    return render(name, fmt, run_ids, grouped, home=home).text
+                 home: Path | None = None) -> str | bytes:
+    """The export's text (Parquet: its bytes), for a download button; nothing is written."""
+    return render(name, fmt, run_ids, grouped, home=home).data
 
 
 def export_path(out: str | os.PathLike | None, fmt: str, default_stem: str, home: Path | None = None) -> Path:
@@ -210,14 +240,14 @@ def export_path(out: str | os.PathLike | None, fmt: str, default_stem: str, home
     root = exports_dir(home)
     root_real = root.resolve()
     if out is None:
-        candidate = root / (default_stem + FORMATS[fmt])
+        candidate = root / (default_stem + FORMATS[fmt].ext)
     else:
         text = os.fspath(out)
         if not text or "\x00" in text:
             raise ValueError(f"out={text!r} is not a usable file name")
         candidate = Path(text) if Path(text).is_absolute() else root / text
         if not candidate.suffix:
-            candidate = candidate.with_name(candidate.name + FORMATS[fmt])
+            candidate = candidate.with_name(candidate.name + FORMATS[fmt].ext)
     # resolve() applies "..", and follows every symlink that exists, the file itself included.
     real = candidate.resolve()
     if real == root_real or not real.is_relative_to(root_real):
@@ -259,7 +289,7 @@ def write_export(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = Fa
     _check_name(name)
     _check_format(fmt)
     target = export_path(out, fmt, name + ("-grouped" if grouped else ""), home)
-    text, rows = render(name, fmt, run_ids, grouped, home=home)
+    data, rows = render(name, fmt, run_ids, grouped, home=home)
     root_real = exports_dir(home).resolve()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -270,7 +300,7 @@ def write_export(name: str, fmt: str, run_ids: RunIds = None, grouped: bool = Fa
         raise ValueError(f"out={os.fspath(out)!r} resolves outside the export folder")
     try:
         # Bytes, so the "±" and Greek letters do not depend on the locale's encoding.
-        atomic_write(target, text.encode("utf-8"))
+        atomic_write(target, data.encode("utf-8") if isinstance(data, str) else data)
     except OSError as exc:  # atomic_write converts failures of the write itself, not of creating the temp file
         raise StorageError(f"the export folder cannot be written: could not write {target}: "
                            f"{exc.strerror or exc}") from exc

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ema_core.experiments import build_config
-from ema_core.rundir import wait_for
+from ema_core.rundir import RunDir, wait_for
 from jobs import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -360,3 +360,35 @@ def test_store_migrate_and_check_on_a_fresh_folder(home):
 def test_help_returns_instead_of_exiting():
     rc, out, err = run_main("--help")
     assert rc == 0 and "run" in out and "export" in out
+
+
+def test_export_help_lists_every_table_and_format_the_store_registers(home):
+    from store.export import EXPORT_TABLES, FORMATS
+
+    rc, out, err = run_main("export", "--help")
+    flat = " ".join(out.split())
+    assert rc == 0 and "boundary_accuracy" in EXPORT_TABLES  # a study's table registered by its store file
+    for name, table in EXPORT_TABLES.items():
+        assert f"{name} ({' '.join(table.description.split())})" in flat, name
+    for name, fmt in FORMATS.items():
+        assert f"{name}: {fmt.label}" in flat, name
+    assert tree(home) == set()  # the help opened nothing
+
+
+def test_export_writes_parquet_that_pandas_reads_back(home):
+    import pandas as pd
+
+    from ema_core.rundir import run_id_for
+
+    for seed, acc in enumerate((0.8, 0.9)):
+        rd = RunDir.for_id(run_id_for("probe", {"feature_set": "traces"}, seed))
+        rd.create("probe", {"feature_set": "traces"}, seed)
+        rd.write_status(state="done")
+        rd.write_result({"summary": {}, "tables": {"probe_accuracy": [
+            {"role": "overall", "feature_set": "traces", "split": "test", "accuracy": acc}]}})
+    rc, out, err = run_main("export", "--table", "probe_accuracy", "--format", "parquet", "--grouped", "--json")
+    exported = one_object(out)
+    assert rc == 0 and exported["format"] == "parquet" and exported["rows"] == 1, err
+    back = pd.read_parquet(exported["path"])
+    assert Path(exported["path"]) == home / "exports" / "probe_accuracy-grouped.parquet"
+    assert back.loc[0, "accuracy_mean"] == pytest.approx(0.85) and back.loc[0, "seeds"] == "0,1"
