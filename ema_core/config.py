@@ -6,6 +6,7 @@ study.  One pydantic model per experiment; ``model_dump_json()`` is what a run s
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -111,10 +112,25 @@ def config_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        got = err.get("input")
-        shown = repr(got)
-        if err["type"] != "extra_forbidden" and not isinstance(got, dict) and len(shown) <= 60:
+        msg, shown = _plain(err)
+        # A validator that already says what it got ("…, got ['ema', 'ema']") is not told twice.
+        if shown is not None and not re.search(r"\bgot\b", msg):
             msg += f" (got {shown})"
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)
+
+
+def _plain(err: dict) -> tuple[str, str | None]:
+    """One pydantic error in the words a user reads, and the value to show after it (None: none)."""
+    got, ctx = err.get("input"), err.get("ctx") or {}
+    if err["type"] in ("too_short", "too_long"):  # pydantic's "Tuple should have at least 1 item after validation"
+        short = err["type"] == "too_short"
+        n = ctx.get("min_length" if short else "max_length")
+        what = f"{'needs at least' if short else 'takes at most'} {n} value{'s' if n != 1 else ''}"
+        count = ctx.get("actual_length")
+        return what, None if count is None else ("none" if count == 0 else str(count))
+    msg = err["msg"].removeprefix("Value error, ")
+    shown = repr(got)
+    if err["type"] == "extra_forbidden" or isinstance(got, dict) or len(shown) > 60:
+        return msg, None
+    return msg, shown

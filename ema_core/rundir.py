@@ -117,12 +117,15 @@ _JSON_TYPES = {list: "a list", str: "a string", int: "a number", float: "a numbe
                type(None): "null"}
 
 
-def read_json_object(path: Path, required: dict[str, type] | None = None) -> dict:
-    """The JSON object in ``path``, with ``required`` keys of the given types.
+def read_json_object(path: Path, required: dict[str, type] | None = None,
+                     optional: dict[str, type] | None = None) -> dict:
+    """The JSON object in ``path``, with ``required`` keys of the given types, and each ``optional``
+    key it has of its type.
 
     Raises ``FileNotFoundError`` when there is no file, and ``DamagedRunError`` for one that is
-    empty, not UTF-8 text, not JSON, not an object, or lacks a key: files are written atomically,
-    so such a file was cut or replaced by something else, and waiting will not mend it.
+    empty, not UTF-8 text, not JSON, not an object, lacks a key or holds one of another type: files
+    are written atomically, so such a file was cut or replaced by something else, and waiting will
+    not mend it.
     """
     try:
         raw = path.read_bytes()
@@ -148,14 +151,28 @@ def read_json_object(path: Path, required: dict[str, type] | None = None) -> dic
             if not isinstance(obj, dict):
                 problem = f"not a JSON object but {_JSON_TYPES.get(type(obj), type(obj).__name__)}"
             else:
-                for key, kind in (required or {}).items():
-                    value = obj.get(key)
-                    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-                        problem = f"its {key!r} is missing or not {_JSON_TYPES.get(kind, 'an object')}"
-                        break
-                else:
+                problem = _wrong_key(obj, required or {}, missing=True) or _wrong_key(obj, optional or {})
+                if problem is None:
                     return obj
     raise DamagedRunError(f"{path} is damaged: {problem}")
+
+
+def _wrong_key(obj: dict, types: dict[str, type], missing: bool = False) -> str | None:
+    """What is wrong with the first key of ``types`` that ``obj`` lacks (when ``missing`` counts) or
+    holds with another type; None when nothing is."""
+    for key, kind in types.items():
+        if key not in obj and not missing:
+            continue
+        value = obj.get(key)
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            if key not in obj:
+                return f"its {key!r} is missing"
+            return f"its {key!r} is not {_JSON_TYPES.get(kind, 'an object')} but {_json_type(value)}"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    return "an object" if isinstance(value, dict) else _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def runs_root(home: Path | None = None) -> Path:
@@ -370,9 +387,10 @@ class RunDir:
         atomic_write(self.result_path, json.dumps(result, sort_keys=True))
 
     def read_result(self) -> dict | None:
-        """result.json, or None before the run has one; ``DamagedRunError`` when it is not a JSON object."""
+        """result.json, or None before the run has one; ``DamagedRunError`` when it is not a JSON object,
+        or its summary or its tables (each may be left out) is not an object."""
         try:
-            return read_json_object(self.result_path)
+            return read_json_object(self.result_path, optional={"summary": dict, "tables": dict})
         except FileNotFoundError:
             return None
 

@@ -208,6 +208,20 @@ def test_a_bad_decoder_or_stored_trace_is_one_line(overrides, message):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    # a validator that says what it got is not followed by a second "(got …)"
+    ({"alphas": "0.5,0.5"}, r"^alphas: rates must be distinct \(each names a feature set\), got \[0.5, 0.5\]$"),
+    ({"alphas": "0.5,2"}, r"^alphas: every rate must lie in \(0, 1\], got \[2.0\]$"),
+    # a length in plain words, not pydantic's "Tuple should have at least 1 item after validation, not 0"
+    ({"alphas": "[]"}, r"^alphas: needs at least 1 value \(got none\)$"),
+    ({"alphas": ",".join(str(a / 100) for a in range(1, 18))}, r"^alphas: takes at most 16 values \(got 17\)$"),
+])
+def test_a_refused_setting_says_what_it_got_once_in_plain_words(overrides, message):
+    with pytest.raises(ValueError, match=message) as info:
+        build_config("dilution", overrides=overrides)
+    assert str(info.value).count("got") == 1 and "after validation" not in str(info.value)
+
+
 def test_peel_sweep_names_lag_8_at_quick_and_noise_takes_it_away():
     # The acceptance: `emalab run dilution --preset quick --set decoder=peel` (≥ 0.9 at lag 8 for
     # α = 0.5) and with `--set noise=0.01` (within 3× chance there), in-process.

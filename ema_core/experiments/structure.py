@@ -451,5 +451,6 @@ EXPERIMENT = Experiment(
                  **{name: f"spcn.{name}" for name in "code_dim units k rates reset_at_sentence context_gain passes "
                                                     "precision_rate precision_clip".split()},
                  "hebbian_lr": "spcn.lr", "hebbian_batch": "spcn.batch",
-                 **{f"bigru_{name}": f"bigru.{name}" for name in "embed hidden max_epochs patience unk_dropout".split()}},
+                 **{f"bigru_{name}": f"bigru.{name}"
+                    for name in "embed hidden max_epochs patience unk_dropout".split()}},
 )
