@@ -38,9 +38,7 @@ def step_times(cfg, repeats: int = 12) -> dict[str, float]:
     out = {}
     with one_thread():
         for mixer in cfg.mixers:
-            options = {"k": cfg.model.window} if mixer == "window_k" else {}
-            model = MixerNet(mixer, data.vocab, data.n_classes, d=cfg.model.d, layers=cfg.model.layers,
-                             positions=cfg.model.positions, **options)
+            model = MixerNet.from_settings(mixer, cfg.model, data.vocab, data.n_classes, seed=0)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
             batch = data.tokens[: cfg.train.batch], data.targets[: cfg.train.batch]
             times = []

@@ -1,10 +1,9 @@
 """The boundary study's verdicts: the hierarchy the paper argues (PAPER.md §4.4), judged by the shared rule.
 
 Pure arithmetic on the rows of ``boundary_accuracy`` (no torch, no pandas, no store), so that the
-page, the store and a benchmark script judge the same rows the same way.  The names the study
-orders its tables by are here too, where the store can read them without loading torch: the tasks
-(declared here), and the mixers in the palette's order (``tests/test_boundary_findings.py`` holds it
-equal to the registry, ``ema_core.mixers.MIXERS``).
+page, the store and a benchmark script judge the same rows the same way.  The tasks are declared
+here, where the store reads them without loading torch (the mixers' names, likewise, in
+:data:`ema_core.mixers.MIXER_NAMES`).
 
 Every claim is a difference Δ formed within one seed (every mixer of that seed sees the same
 sequences; its weights and minibatch order are drawn from the seed and the cell's names), then averaged over the seeds and judged by
@@ -16,17 +15,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Literal, Mapping
 
-from ema_core.palette import MIXER_COLORS
+from ema_core.mixers import MIXER_NAMES
 from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, spread
 
-# The built-in mixers in the order of the paper's hierarchy, as the palette gives each its colour
-# (ema_core.mixers.MIXERS, the registry, loads torch; a test holds the two equal).
-MIXER_ORDER = tuple(MIXER_COLORS)
 # The study's tasks, declared here (ema_core.boundary, which builds them, reads this): structure,
 # then content, at a distance; associative recall; identity at a lag.
 TASKS = ("agree_structure", "agree_content", "mqar", "lag_identity")
+TaskName = Literal[TASKS]  # a setting that names a task takes one of these (the boundary config's ``tasks``)
 TASK_ORDER = TASKS
 # The paper's argued order, weakest first: EMA < fixed-decay linear attention (key-value binding) <
 # input-dependent selection (gated) < softmax attention.
@@ -109,7 +106,7 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _level(level: Any, difficulty: str) -> int:
+def level_of(level: Any, difficulty: str) -> int:
     """The row's level, or where it has none, the number its difficulty names first ("k=8", "pairs=16,T=64")."""
     if _finite(level) is not None:
         return int(float(level))
@@ -131,7 +128,7 @@ def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
         s[0], s[1], s[2] = s[0] + acc, s[1] + chance, s[2] + 1
         if dev is not None:
             s[3], s[4] = s[3] + dev, s[4] + 1
-        levels[(key[1], key[2])] = _level(r.get("level"), key[2])
+        levels[(key[1], key[2])] = level_of(r.get("level"), key[2])
     seeds = {seed: {k: Cell(a / n, c / n, dv / m if m else None) for k, (a, c, n, dv, m) in cells.items()}
              for seed, cells in sums.items()}
     return Grid(seeds, levels)
@@ -385,7 +382,7 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
 def measured_order(rows: Iterable[Mapping[str, Any]], task: str = "mqar", *,
                    mixers: Iterable[str] | None = None) -> list[tuple[str, float]]:
     """The mixers on ``task`` by mean accuracy over their cells (seeds and difficulties), weakest first
-    as PAPER_HIERARCHY is; ties in MIXER_ORDER.  ``mixers``: only these (e.g. PAPER_HIERARCHY)."""
+    as PAPER_HIERARCHY is; ties in MIXER_NAMES's order.  ``mixers``: only these (e.g. PAPER_HIERARCHY)."""
     wanted = None if mixers is None else set(mixers)
     accs: dict[str, list[float]] = {}
     for seed_cells in grid(rows).seeds.values():
@@ -394,7 +391,7 @@ def measured_order(rows: Iterable[Mapping[str, Any]], task: str = "mqar", *,
                 accs.setdefault(m, []).append(cell.accuracy)
 
     def rank(m: str) -> tuple[int, str]:
-        return (MIXER_ORDER.index(m) if m in MIXER_ORDER else len(MIXER_ORDER), m)
+        return (MIXER_NAMES.index(m) if m in MIXER_NAMES else len(MIXER_NAMES), m)
 
     means = [(m, _mean(v)) for m, v in accs.items()]
     return sorted(means, key=lambda mv: (mv[1], rank(mv[0])))

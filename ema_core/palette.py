@@ -14,6 +14,8 @@ import math
 import zlib
 from typing import Callable, Iterable
 
+from ema_core.mixers import MIXER_NAMES
+
 # -- rates (α of an EMA trace) -----------------------------------------------------------------------
 # The paper's three rates first (fast, medium, slow: blue, orange, green), then the rest of the
 # dilution sweep's grid and α = 1 (no memory).
@@ -66,16 +68,16 @@ LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
 OTHER_COLOR = "#9d755d"  # a series this palette does not know (a new variant, a renamed feature set)
 REFERENCE_COLOR = "#888888"  # reference lines: chance
 
-# The boundary study: one colour per context mixer of ema_core.mixers.MIXERS, in the hierarchy's order.
-# The window (no memory past its width) is the floor every other mixer is read against: a warm grey,
-# darker than the chance lines' neutral grey so the two never read as one.  The EMA family takes the
-# cool hues, the learned and data-dependent recurrences the warm ones, softmax attention red.
-MIXER_COLORS: dict[str, str] = {
+# The boundary study: the colour of each context mixer, by name.  The window (no memory past its
+# width) is the floor every other mixer is read against: a warm grey, darker than the chance lines'
+# neutral grey so the two never read as one.  The EMA family takes the cool hues, the learned and
+# data-dependent recurrences the warm ones, softmax attention red.
+_MIXER_HUES = {
     "window_k": "#79706e", "ema": "#4c78a8", "ema3": "#72b7b2", "ema3_seq": "#54a24b",
     "diag_decay": "#b279a2", "decay_linear_attn": "#f58518", "gated_linear_attn": "#ff9da6",
     "softmax": "#e45756",
 }
-# A researcher may register a mixer of their own: it gets one of these, picked by a checksum of its
+# A mixer without a hue above (a researcher's own) gets one of these, picked by a checksum of its
 # name, so it keeps its colour across charts, pages and server restarts (Python's hash() does not).
 _EXTRA_MIXER_COLORS = ("#9d755d", "#eeca3b", "#9ecae9", "#ffbf79", "#8cd17d", "#d6a5c9")
 # The boundary map's heat scale over accuracy above chance (0 at chance, 1 perfect, below 0 worse than
@@ -89,9 +91,14 @@ def lm_variant_color(model: str, predictor: str, attn_input: str) -> str:
 
 def mixer_color(name: str) -> str:
     """The colour of the context mixer ``name``: fixed for the built-in ones, stable for any other."""
-    if name in MIXER_COLORS:
-        return MIXER_COLORS[name]
+    if name in _MIXER_HUES:
+        return _MIXER_HUES[name]
     return _EXTRA_MIXER_COLORS[zlib.crc32(str(name).encode()) % len(_EXTRA_MIXER_COLORS)]
+
+
+# Every mixer of ema_core.mixers.MIXER_NAMES with its colour, in the hierarchy's order: keyed from the
+# one list of names, so it holds exactly the mixers there are.
+MIXER_COLORS: dict[str, str] = {name: mixer_color(name) for name in MIXER_NAMES}
 
 
 def scale_range(domain: Iterable[str], color_of: Callable[[str], str]) -> list[str]:

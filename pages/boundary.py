@@ -6,12 +6,12 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.boundary import TASKS
-from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts,
-                                       measured_order, undertrained_text, window_reach)
+from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, PAPER_HIERARCHY, VERDICT_RULE,
+                                       claim_verdicts, measured_order, undertrained_text, window_reach)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.boundary import (CROSSING, FLOOR, boundary_frame, crossing_chart, heat_map, mqar_chart,
+from ema_core.figures.boundary import (CROSSING, boundary_frame, crossing_chart, heat_map, mqar_chart,
                                        task_label, task_order)
-from ema_core.mixers import MIXERS
+from ema_core.mixers import MIXER_NAMES
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
@@ -31,7 +31,7 @@ not one number per task: the agreement tasks' classes are uneven, and MQAR's val
 therefore colours each cell by accuracy *above* chance, (accuracy − chance) / (1 − chance): 0 is
 chance, 1 is perfect, below 0 worse than chance; the cell's text is the accuracy itself.
 
-**The window** (`{FLOOR}`) is the floor: a mixer that sees only the last few inputs of each layer, with
+**The window** (`{FLOOR_MIXER}`) is the floor: a mixer that sees only the last few inputs of each layer, with
 no memory past them. Whatever it solves needs no long memory; a mixer is interesting where it beats
 the window at a distance the window cannot reach. It is drawn thick on the crossing chart so that no
 curve hides it.
@@ -82,7 +82,7 @@ def launch_section() -> None:
         preset = left.selectbox("Preset", presets, key="boundary_preset")
         seed = right.number_input("Seed", min_value=0, max_value=2**31 - 33, value=0, step=1,
                                   key="boundary_seed", help="the first seed; a preset of several seeds counts up")
-        mixers = st.multiselect("Mixers", list(MIXERS), default=list(MIXERS), key="boundary_mixers")
+        mixers = st.multiselect("Mixers", list(MIXER_NAMES), default=list(MIXER_NAMES), key="boundary_mixers")
         tasks = st.multiselect("Tasks", list(TASKS), default=list(TASKS), key="boundary_tasks",
                                format_func=task_label)
         launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
@@ -90,9 +90,9 @@ def launch_section() -> None:
         if not mixers or not tasks:
             st.warning("Pick at least one mixer and one task.")
             return
-        # In the registry's and the tasks' own order, whatever order they were clicked in: two
+        # In the mixers' and the tasks' own order, whatever order they were clicked in: two
         # launches of the same choice are then the same config (and the second says "already done").
-        chosen_mixers = [m for m in MIXERS if m in mixers]
+        chosen_mixers = [m for m in MIXER_NAMES if m in mixers]
         chosen_tasks = [t for t in TASKS if t in tasks]
         launch(lambda: [(KIND, build_config(KIND, preset=preset, seed=int(seed),
                                             overrides={"mixers": chosen_mixers, "tasks": chosen_tasks}))],

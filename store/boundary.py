@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ema_core.boundary_findings import MIXER_ORDER, TASK_ORDER
+from ema_core.boundary_findings import TASK_ORDER
+from ema_core.mixers import MIXER_NAMES
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, register_run_table
@@ -29,7 +30,7 @@ def boundary_accuracy(run_ids: RunIds = None, *, home: Path | None = None) -> pd
             ORDER BY list_position($mixers::VARCHAR[], t.mixer) NULLS LAST, t.mixer,
                      list_position($tasks::VARCHAR[], t.task) NULLS LAST, t.task,
                      t.level, t.seq_len, t.difficulty, t.seed, t.run_id""",
-        {"ids": id_list(run_ids), "mixers": list(MIXER_ORDER), "tasks": list(TASK_ORDER)}, home,
+        {"ids": id_list(run_ids), "mixers": list(MIXER_NAMES), "tasks": list(TASK_ORDER)}, home,
     )
 
 

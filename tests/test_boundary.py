@@ -16,7 +16,7 @@ from ema_core.boundary import (CATEGORIES, IGNORE, STOP, TASKS, Difficulty, Task
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.experiments import boundary as boundary_experiment
 from ema_core.experiments.boundary import cells, difficulties
-from ema_core.mixers import MIXERS
+from ema_core.mixers import MIXER_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = TaskConfig(seq_len=24, words_per_category=8, lag_vocab=16, mqar_keys=16, n_train=64, n_dev=16, n_test=32)
@@ -95,28 +95,52 @@ def test_chance_is_the_training_majority_label_scored_on_test():
 
 
 def test_bad_settings_are_refused_naming_the_setting():
-    with pytest.raises(ValueError, match="unknown mixer 'lstm'"):
-        build_config("boundary", overrides={"mixers": "ema,lstm"})
-    with pytest.raises(ValueError, match="unknown task 'copy'"):
-        build_config("boundary", overrides={"tasks": "mqar,copy"})
+    for setting, value, names in (("mixers", "ema,lstm", MIXER_NAMES), ("tasks", "mqar,copy", TASKS)):
+        with pytest.raises(ValueError) as err:
+            build_config("boundary", overrides={setting: value})
+        said = str(err.value)  # the setting, the name refused, and every name it takes
+        assert said.startswith(setting) and repr(value.split(",")[1]) in said and all(n in said for n in names)
     with pytest.raises(ValueError, match="below data.seq_len"):
         build_config("boundary", overrides={"distances": "1,64", "data.seq_len": 64})
     with pytest.raises(ValueError, match="2·pairs < T"):
         build_config("boundary", overrides={"mqar_pairs": "40", "mqar_len": "64"})
-    with pytest.raises(ValueError, match="must not repeat"):
-        build_config("boundary", overrides={"distances": "2,2"})
+    with pytest.raises(ValueError, match="distances: 2 given more than once"):
+        build_config("boundary", overrides={"distances": "2,2,4"})
+    with pytest.raises(ValueError, match="tasks: none given; name at least one"):
+        build_config("boundary", overrides={"tasks": []})
+
+
+@pytest.mark.parametrize("value,says", [
+    ("ema,ema", "mixers: ema given more than once; each may appear once"),
+    ("ema,softmax,ema,softmax", "mixers: ema, softmax given more than once"),
+    (",", "mixers: none given; name at least one"),
+    ("", "mixers"),
+    ("ema,mamba", "'mamba'"),
+])
+def test_a_bad_mixers_setting_is_one_plain_line_from_the_command_line(tmp_path, value, says):
+    env = {**os.environ, "EMALAB_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "boundary", "--preset", "quick", "--set",
+                          f"mixers={value}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    line = out.stderr.strip()
+    assert out.returncode == 2 and out.stdout == "" and len(line.splitlines()) == 1, out.stderr
+    assert line.startswith("emalab: error: mixers") and says in line, line
+    assert "Traceback" not in line and "Tuple should" not in line and "after validation" not in line, line
+    # nothing said twice: not the setting's name, not the value
+    assert sum(w.startswith("mixers") for w in line.split()) == 1 and line.count(repr(value.split(","))) <= 1, line
+    if value in ("", "ema,mamba"):  # an unknown name: the names it could have been
+        assert all(name in line for name in MIXER_NAMES), line
 
 
 def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
     for preset in REGISTRY["boundary"].presets:
         cfg = build_config("boundary", preset=preset)
-        assert set(cfg.mixers) == set(MIXERS) and set(cfg.tasks) == set(TASKS)
+        assert set(cfg.mixers) == set(MIXER_NAMES) and set(cfg.tasks) == set(TASKS)
     quick = build_config("boundary", preset="quick")
     labels = [d.label for d in difficulties(quick)]
     assert sum(1 for d in difficulties(quick) if d.task == "agree_content") >= 4
     assert sum(1 for d in difficulties(quick) if d.task == "mqar") >= 2
     assert "k=8" in labels and "pairs=16,T=64" in labels
-    assert len(cells(quick)) == len(MIXERS) * len(labels)
+    assert len(cells(quick)) == len(MIXER_NAMES) * len(labels)
 
 
 def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev(monkeypatch):

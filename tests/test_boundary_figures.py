@@ -11,9 +11,10 @@ import pytest
 from ema_core import palette
 from ema_core.boundary_findings import normalised
 from ema_core.figures import chart_to_png, chart_to_svg
-from ema_core.figures.boundary import (CROSSING, FLOOR, TASK_LABELS, boundary_frame, crossing_chart, heat_map,
+from ema_core.boundary_findings import FLOOR_MIXER as FLOOR
+from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, heat_map,
                                        mixer_order, mqar_chart, run_figures)
-from ema_core.mixers import MIXERS
+from ema_core.mixers import MIXER_NAMES
 from boundary_fixture import MIXERS as RUN_MIXERS, TINY
 
 
@@ -47,9 +48,10 @@ def _color_map(layer: dict) -> dict:
 
 
 def test_every_built_in_mixer_has_its_own_colour_and_any_other_a_stable_one():
-    assert list(palette.MIXER_COLORS) == list(MIXERS)  # declared once, in the hierarchy's order
+    assert tuple(palette.MIXER_COLORS) == MIXER_NAMES  # keyed from the one list, in the hierarchy's order
     colours = list(palette.MIXER_COLORS.values())
     assert len(set(colours)) == len(colours)
+    assert not set(colours) & set(palette._EXTRA_MIXER_COLORS)  # each built-in has a hue of its own, not a fallback
     # The floor must not read as the chance lines drawn beside it.
     assert palette.mixer_color(FLOOR) != palette.REFERENCE_COLOR
     mine = palette.mixer_color("my_own_mixer")

@@ -16,7 +16,7 @@ from ema_core.boundary import TASKS
 from ema_core.boundary_findings import (PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts, measured_order,
                                        undertrained_text)
 from ema_core.experiments import build_config
-from ema_core.mixers import MIXERS
+from ema_core.mixers import MIXER_NAMES
 from store.boundary import boundary_accuracy
 from store.export import mean_std
 
@@ -56,8 +56,8 @@ def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
     assert any("No finished boundary runs" in i.value for i in at.info)
     assert at.get("vega_lite_chart") == [] and len(at.dataframe) == len(at.table) == 0
     assert any(s.value == "Launch" for s in at.subheader)
-    assert at.multiselect(key="boundary_mixers").options == list(MIXERS)
-    assert at.multiselect(key="boundary_mixers").value == list(MIXERS)
+    assert at.multiselect(key="boundary_mixers").options == list(MIXER_NAMES)
+    assert at.multiselect(key="boundary_mixers").value == list(MIXER_NAMES)
 
 
 def test_launch_submits_one_run_of_the_mixers_and_tasks_picked(empty_home, registered):

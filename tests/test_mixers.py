@@ -1,11 +1,11 @@
 """Every context mixer against its float64 reference loop: outputs, final state, gradients, exact causality.
 
-A mixer added to ``ema_core.mixers.MIXERS`` is checked here with no change to this file.
+A mixer added to ``ema_core.mixers.registry.MIXERS`` is checked here with no change to this file.
 """
 import pytest
 import torch
 
-from ema_core.mixers import MIXERS, build_mixer
+from ema_core.mixers.registry import MIXERS, build_mixer
 
 NAMES = list(MIXERS)
 D = 16

@@ -18,25 +18,19 @@ import contextlib
 import multiprocessing
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.boundary import TASKS, Difficulty, TaskConfig, Trainer, accuracy, chance, make_data, task_seed
+from ema_core.boundary import Difficulty, TaskConfig, Trainer, accuracy, chance, make_data, task_seed
+from ema_core.boundary_findings import TASKS, TaskName
 from ema_core.config import seed_field
+from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
 
 KIND = "boundary"
 CHECKPOINT_FORMAT = 1
-
-
-def known_mixers() -> tuple[str, ...]:
-    # ema_core.mixers brings the scan (numba), and the registry (so every CLI command and worker)
-    # imports this module: the mixers load when a boundary config is built, not before.  The
-    # registry is read each time, so a mixer added to it (see the README) is a valid choice.
-    from ema_core.mixers import MIXERS
-
-    return tuple(MIXERS)
 
 
 class BoundaryModelConfig(BaseModel):
@@ -46,7 +40,7 @@ class BoundaryModelConfig(BaseModel):
 
     d: int = Field(64, ge=4, le=4096, description="model width (divisible by the attention mixers' 4 heads)")
     layers: int = Field(2, ge=1, le=24, description="mixer + MLP blocks")
-    window: int = Field(4, ge=1, le=256, description="window_k's width: the inputs each of its layers sees")
+    window: int = Field(4, ge=1, le=256, description="the window mixer's width: the inputs each of its layers sees")
     positions: bool = Field(True, description="add fixed sinusoidal position codes to the embeddings (every mixer)")
 
     @field_validator("d")
@@ -74,7 +68,7 @@ class BoundaryTrainConfig(BaseModel):
     @classmethod
     def _positive(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         if any(not 0 < lr <= 1 for lr in v):
-            raise ValueError(f"every learning rate must be in (0, 1], got {list(v)}")
+            raise ValueError("every learning rate must be in (0, 1]")
         return v
 
 
@@ -83,20 +77,21 @@ class BoundaryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mixers: tuple[str, ...] = Field(default_factory=known_mixers, min_length=1, max_length=64,
-                                    description="context mixers, from ema_core.mixers.MIXERS")
-    tasks: tuple[str, ...] = Field(TASKS, min_length=1, max_length=len(TASKS), description=f"of {', '.join(TASKS)}")
-    distances: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), min_length=1, max_length=32,
-                                       description="k of the agreement and lag tasks")
-    mqar_pairs: tuple[int, ...] = Field((4, 8, 16, 32), min_length=1, max_length=16, description="MQAR's key-value pairs")
-    mqar_len: tuple[int, ...] = Field((64, 128, 256), min_length=1, max_length=8,
+    # The grid's axes.  Names are typed from their lists (a Literal: an unknown one is refused where
+    # the config is typed, with the names allowed); every axis holds at least one value, each once
+    # (_listed: no cell is trained twice).
+    mixers: tuple[MixerName, ...] = Field(MIXER_NAMES, description=f"of {', '.join(MIXER_NAMES)}")
+    tasks: tuple[TaskName, ...] = Field(TASKS, description=f"of {', '.join(TASKS)}")
+    distances: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), max_length=32, description="k of the agreement and lag tasks")
+    mqar_pairs: tuple[int, ...] = Field((4, 8, 16, 32), max_length=16, description="MQAR's key-value pairs")
+    mqar_len: tuple[int, ...] = Field((64, 128, 256), max_length=8,
                                       description="MQAR's sequence lengths (a size runs where 2·pairs < T)")
     seeds: int = Field(1, ge=1, le=32, description="seeds per cell: seed, seed + 1, …")
     # How many cells train at once, each in its own process on one thread: a small model gains more
     # from a second process than from a second thread (measured in docs/benchmarks.md).  Every cell
     # runs on one thread whatever this is, so the map does not depend on it.
     workers: int = Field(1, ge=1, le=64, description="cells trained at once (processes)")
-    device: str = Field("cpu", description="cpu, cuda, or auto (CUDA when present)")
+    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu, cuda, or auto (CUDA when present)")
     data: TaskConfig = TaskConfig()
     model: BoundaryModelConfig = BoundaryModelConfig()
     train: BoundaryTrainConfig = BoundaryTrainConfig()
@@ -106,35 +101,21 @@ class BoundaryConfig(BaseModel):
     @classmethod
     def _device(cls, v: str) -> str:
         # Refused with the config, before a run folder exists (as the lm kind does).
-        if v not in ("cpu", "cuda", "auto"):
-            raise ValueError(f"device must be one of cpu, cuda, auto, got {v!r}")
         if v == "cuda" and not torch.cuda.is_available():
             raise ValueError("no CUDA device is visible on this machine; use auto or cpu")
         return v
 
-    @field_validator("mixers")
+    @field_validator("mixers", "tasks")
     @classmethod
-    def _mixers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        known = known_mixers()
-        unknown = [m for m in v if m not in known]
-        if unknown:
-            raise ValueError(f"unknown mixer {', '.join(map(repr, unknown))}; mixers: {', '.join(known)}")
-        return _distinct(v, "mixers")
-
-    @field_validator("tasks")
-    @classmethod
-    def _tasks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [t for t in v if t not in TASKS]
-        if unknown:
-            raise ValueError(f"unknown task {', '.join(map(repr, unknown))}; tasks: {', '.join(TASKS)}")
-        return _distinct(v, "tasks")
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _listed(v)
 
     @field_validator("distances", "mqar_pairs", "mqar_len")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if any(x < 1 for x in v):
-            raise ValueError(f"every value must be a positive integer, got {list(v)}")
-        return _distinct(v, "values")
+            raise ValueError("every value must be a positive integer")
+        return _listed(v)
 
     @model_validator(mode="after")
     def _fits(self) -> "BoundaryConfig":
@@ -150,9 +131,14 @@ class BoundaryConfig(BaseModel):
         return self
 
 
-def _distinct(v: tuple, what: str) -> tuple:
-    if len(set(v)) != len(v):
-        raise ValueError(f"{what} must not repeat, got {list(v)}")
+def _listed(v: tuple) -> tuple:
+    """An axis of the grid: at least one value, each once.  The message names no setting and shows no
+    value: config_error puts the setting's name before it and the value after it."""
+    if not v:
+        raise ValueError("none given; name at least one")
+    repeated = [x for x in dict.fromkeys(v) if v.count(x) > 1]
+    if repeated:
+        raise ValueError(f"{', '.join(map(str, repeated))} given more than once; each may appear once")
     return v
 
 
@@ -309,13 +295,11 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, should_s
 
     device = torch.device("cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
     train, dev, test = (make_data(d, cfg.data, seed, split).to(device) for split in ("train", "dev", "test"))
-    options = {"k": cfg.model.window} if mixer == "window_k" else {}
     init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
     trainers = []
     for lr in cfg.train.lrs:
         # every rate starts from the same initial weights and sees the same minibatches
-        model = MixerNet(mixer, train.vocab, train.n_classes, d=cfg.model.d, layers=cfg.model.layers, seed=init,
-                         positions=cfg.model.positions, **options).to(device)
+        model = MixerNet.from_settings(mixer, cfg.model, train.vocab, train.n_classes, seed=init).to(device)
         trainers.append(Trainer(model, train, steps=cfg.train.steps, batch=cfg.train.batch, lr=lr,
                                 warmup=cfg.train.warmup, seed=task_seed(seed, "batches", mixer, d.task, d.label)))
     choose = max(1, round(cfg.train.choose_at * cfg.train.steps))

@@ -3,8 +3,8 @@
 Three views of one grid (mixer × task × difficulty × seed): the map (accuracy above chance, cell by
 cell), the crossing (structure against content as the distance grows) and MQAR recall against the
 state a mixer keeps.  Each mixer has its palette colour (:func:`ema_core.palette.mixer_color`) on
-every chart; mixers are listed in ``ema_core.mixers.MIXERS`` order, one a researcher registered
-after them.  Every number is a mean over seeds; error bars are the sample std where there are
+every chart; mixers are listed in ``ema_core.mixers.MIXER_NAMES`` order (any other, say of an
+older run, after them).  Every number is a mean over seeds; error bars are the sample std where there are
 several.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.boundary_findings import FLOOR_MIXER, _level, normalised
+from ema_core.boundary_findings import FLOOR_MIXER, level_of, normalised
 from ema_core.figures import ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale
-from ema_core.mixers import MIXERS
+from ema_core.mixers import MIXER_NAMES
 
 # Task -> label, in the order the map shows them; a task not listed keeps its own name, after these.
 TASK_LABELS = {"agree_structure": "agreement: structure", "agree_content": "agreement: content",
@@ -25,8 +25,6 @@ TASK_LABELS = {"agree_structure": "agreement: structure", "agree_content": "agre
 # The two variants of the agreement task the crossing chart sets against each other, and their dashes:
 # the same sequences, the same positions scored; only what must be remembered differs.
 CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content": ("content (identity)", [6, 4])}
-# The mixer with no memory beyond its window: every other mixer is read against it (the findings' floor).
-FLOOR = FLOOR_MIXER
 # px per cell of the map: "0.97" fits, a task of two distances is as wide as its two-line heading
 # ("agreement:" over "structure"), and a map of the full preset (23 columns) fits a page.
 CELL = 38
@@ -36,10 +34,9 @@ DEFINED = "isValid(datum.above) && isFinite(datum.above)"  # a cell's accuracy a
 
 
 def mixer_order(names) -> list[str]:
-    """The mixers of ``names`` in ``MIXERS`` order (the paper's hierarchy), then any other, by name."""
+    """The mixers of ``names`` in ``MIXER_NAMES`` order (the paper's hierarchy), then any other, by name."""
     names = set(names)
-    # Read at call time: a mixer registered after this module loaded has its place too.
-    return [m for m in MIXERS if m in names] + sorted(names - set(MIXERS))
+    return [m for m in MIXER_NAMES if m in names] + sorted(names - set(MIXER_NAMES))
 
 
 def task_order(names) -> list[str]:
@@ -79,7 +76,7 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     df["above"] = [_above(a, c) for a, c in zip(df["accuracy"], df["chance"])]
     # level and state_floats may be null in the store: a row without a level takes the number its
     # difficulty names (as the findings read it), one without a state shows it empty.
-    df["level"] = [_level(v, str(d)) for v, d in zip(df["level"], df["difficulty"])]
+    df["level"] = [level_of(v, str(d)) for v, d in zip(df["level"], df["difficulty"])]
     df["state_floats"] = pd.to_numeric(df["state_floats"], errors="coerce")
     # A seed two picked runs both hold (overlapping seed ranges) is one measurement: its rows are
     # averaged first (equal for runs of one config), so n, mean and std see it once.
@@ -228,7 +225,7 @@ def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
         x=x, y=alt.Y("chance:Q"), strokeDash=dash,
         tooltip=[alt.Tooltip("variant:N", title="chance of"), alt.Tooltip("chance:Q", format=".3f")])
     layers = [chance_lines]
-    for part, width in ((data[data["mixer"] != FLOOR], 2.0), (data[data["mixer"] == FLOOR], 3.5)):
+    for part, width in ((data[data["mixer"] != FLOOR_MIXER], 2.0), (data[data["mixer"] == FLOOR_MIXER], 3.5)):
         if not len(part):
             continue
         base = alt.Chart(part).encode(x=x, color=color)
@@ -311,5 +308,5 @@ def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
     return out
 
 
-__all__ = ["CROSSING", "FLOOR", "TASK_LABELS", "boundary_frame", "crossing_chart", "crossing_frame",
+__all__ = ["CROSSING", "TASK_LABELS", "boundary_frame", "crossing_chart", "crossing_frame",
            "difficulty_order", "heat_map", "mixer_order", "mqar_chart", "run_figures", "task_label", "task_order"]

@@ -1,40 +1,34 @@
 """Context mixers: the hierarchy the boundary study compares, from a fixed window to softmax attention.
 
-The contract is in :mod:`ema_core.mixers.base` (causal (B, T, D) → (B, T, D), a float64 reference
-loop beside the fast path, the state size).  ``MIXERS`` is the one list of them: the study, the
-page and the exports read it.
+This module is their one list, by name, and loads nothing heavy: the study's config, the palette,
+the store and the pages read ``MIXER_NAMES`` without torch.  The classes are in
+:mod:`ema_core.mixers.registry` (``MIXERS``, built against this list: a name without its class, or
+a class whose name is not here, stops the import), the contract in :mod:`ema_core.mixers.base`
+(causal (B, T, D) → (B, T, D), a float64 reference loop beside the fast path, the state size).
 
-Bring your own mixer: a module with a :class:`~ema_core.mixers.base.Mixer` subclass (``scan``,
-``reference``, ``state_floats``; its constructor takes ``(d, seed)``) and one line in ``MIXERS``;
-``tests/test_mixers.py`` then checks it against its reference, for gradients and for exact
-causality, with every other mixer.
+Bring your own mixer (the README's steps, followed by ``tests/test_boundary_byo.py``): a module
+with a :class:`~ema_core.mixers.base.Mixer` subclass (``name``, ``scan``, ``reference``,
+``state_floats``; its constructor takes ``(d, seed)``, and any model setting it needs besides,
+declared in ``settings``), its name in ``MIXER_NAMES`` below, and its class in the registry's
+``CLASSES`` with the line that imports it.
 """
 from __future__ import annotations
 
-from ema_core.mixers.attention import Softmax, Window
-from ema_core.mixers.base import Mixer
-from ema_core.mixers.ema import EMA, EMA3, EMA3Seq
-from ema_core.mixers.recurrent import DecayLinearAttention, DiagDecay, GatedLinearAttention
+from typing import Literal
 
 # In the order of the paper's hierarchy: no memory beyond a window, fixed-decay EMA, its sequence,
 # learned decay, fixed-decay linear attention, data-dependent decay, softmax attention.
-MIXERS: dict[str, type[Mixer]] = {
-    "window_k": Window,
-    "ema": EMA,
-    "ema3": EMA3,
-    "ema3_seq": EMA3Seq,
-    "diag_decay": DiagDecay,
-    "decay_linear_attn": DecayLinearAttention,
-    "gated_linear_attn": GatedLinearAttention,
-    "softmax": Softmax,
-}
+MIXER_NAMES: tuple[str, ...] = (
+    "window_k",
+    "ema",
+    "ema3",
+    "ema3_seq",
+    "diag_decay",
+    "decay_linear_attn",
+    "gated_linear_attn",
+    "softmax",
+)
+# A setting that names a mixer takes one of these (the boundary config's ``mixers``).
+MixerName = Literal[MIXER_NAMES]
 
-
-def build_mixer(name: str, d: int, seed: int = 0, **options) -> Mixer:
-    """The mixer ``name`` of width ``d``, initialised from ``seed``; ``options`` go to its constructor."""
-    if name not in MIXERS:
-        raise ValueError(f"unknown mixer {name!r}; mixers: {', '.join(MIXERS)}")
-    return MIXERS[name](d, seed=seed, **options)
-
-
-__all__ = ["MIXERS", "Mixer", "build_mixer"]
+__all__ = ["MIXER_NAMES", "MixerName"]

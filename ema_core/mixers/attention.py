@@ -44,6 +44,7 @@ class Window(Mixer):
     """The last ``k`` inputs, concatenated, through one linear map."""
 
     name = "window_k"
+    settings = {"k": "window"}  # its width is the model's ``window`` setting
 
     def __init__(self, d: int, seed: int = 0, k: int = 4):
         super().__init__(d, seed)

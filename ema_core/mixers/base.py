@@ -1,6 +1,6 @@
 """The context-mixer contract: one causal map (B, T, D) → (B, T, D), a fast path and its reference.
 
-    >>> mixer = build_mixer("gated_linear_attn", d=32, seed=0)
+    >>> mixer = build_mixer("gated_linear_attn", d=32, seed=0)   # ema_core.mixers.registry
     >>> y = mixer(x)                      # (B, T, D), the fast path (what a model trains through)
     >>> y, state = mixer.scan(x)          # and the state after the last step
     >>> y_ref, state_ref = mixer.reference(x.double())   # a naive loop over t, float64
@@ -29,7 +29,11 @@ from torch import nn
 class Mixer(nn.Module):
     """Base of every context mixer; subclasses implement :meth:`scan`, :meth:`reference`, :meth:`state_floats`."""
 
-    name = ""
+    name = ""  # its name in ema_core.mixers.MIXER_NAMES
+    # The settings of the model it sits in that its constructor takes besides (d, seed), as
+    # {constructor argument: setting name}, e.g. the window's {"k": "window"}: the code that builds a
+    # mixer reads them from the config by this (registry.mixer_options) and never asks which mixer it is.
+    settings: dict[str, str] = {}
 
     def __init__(self, d: int, seed: int = 0):
         super().__init__()

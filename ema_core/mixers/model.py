@@ -16,11 +16,12 @@ fixed code, unlike a learned table, lets a query find "k back" by one linear map
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
-from ema_core.mixers import build_mixer
+from ema_core.mixers.registry import build_mixer, mixer_options
 
 
 def sinusoidal_positions(T: int, d: int) -> torch.Tensor:
@@ -61,6 +62,13 @@ class MixerNet(nn.Module):
             self.blocks = nn.ModuleList(MixerBlock(mixer, d, seed * 1000 + i, **options) for i in range(layers))
             self.norm = nn.LayerNorm(d)
             self.head = nn.Linear(d, n_classes)
+
+    @classmethod
+    def from_settings(cls, mixer: str, body: Any, vocab: int, n_classes: int, seed: int) -> "MixerNet":
+        """The model a config's ``body`` describes: its ``d``, ``layers`` and ``positions``, and whichever
+        of its settings the mixer declares it takes (:attr:`ema_core.mixers.base.Mixer.settings`)."""
+        return cls(mixer, vocab, n_classes, d=body.d, layers=body.layers, seed=seed, positions=body.positions,
+                   **mixer_options(mixer, body))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
