@@ -8,7 +8,7 @@ batch (``batch_at``), forward, cross-entropy, backward, gradient clipping, AdamW
 on CUDA; deterministic algorithms on, as the ``lm`` experiment runs).  The tokens per step are held
 equal across T (B = tokens / T), so tokens/s compare directly.  SPEN uses the linear predictor; the
 GPT is the one the ``lm`` experiment trains at that T: matched to SPEN's parameter count with its
-positional table of T rows (``build_model("gpt", size, seq_len=T)``), so its d_ff shrinks as T
+positional table of T rows (``build_model(ModelChoice(model="gpt", size=size), seq_len=T)``), so its d_ff shrinks as T
 grows (both are reported).  ``--gpt-match fixed`` instead times one GPT, matched with a table of
 max(ts) rows, at every T: the same architecture throughout, so that only the attention's cost
 changes with T.
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.machine import machine_info as _machine_info
-from ema_core.lm.sizes import MODELS, build_model, get_size
+from ema_core.lm.sizes import MODELS, ModelChoice, build_model, get_size
 from ema_core.lm.train import TrainConfig, autocast, batch_at, build_optimizer
 
 TARGET_T1024 = 1.3  # SPEN ÷ GPT tokens/s at T = 1024
@@ -80,7 +80,7 @@ class Runner:
         self.device = torch.device(device)
         self.cfg = TrainConfig(batch=B, seq_len=T, warmup=0)
         # The GPT's positional table has gpt_seq_len rows (default T): its size is part of the match.
-        self.model = build_model(model, size, seq_len=gpt_seq_len or T, seed=seed).to(self.device)
+        self.model = build_model(ModelChoice(model=model, size=size), seq_len=gpt_seq_len or T, seed=seed).to(self.device)
         self.model.train()
         self.params = sum(p.numel() for p in self.model.parameters())
         self.d_ff = self.model.cfg.d_ff

@@ -92,8 +92,7 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
                     "train.eval_every": steps or base.train.steps, "train.eval_tokens": base.train.seq_len,
                     "train.final_eval_tokens": dev_tokens})
                 for seed in seeds:
-                    model = build_model(cfg.model, cfg.size, vocab_size=tok.get_vocab_size(), predictor=cfg.predictor,
-                                        attn_input=cfg.attn_input, seq_len=cfg.train.seq_len, seed=seed)
+                    model = build_model(cfg, vocab_size=tok.get_vocab_size(), seq_len=cfg.train.seq_len, seed=seed)
                     t0 = time.perf_counter()
                     out = train_lm(model, streams, cfg.train, seed, device=device)
                     row = {"model": model_name, "lr": lr, "warmup": cfg.train.warmup, "seed": seed,
@@ -113,8 +112,8 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
     return {
         "preset": preset, "steps": steps or base.train.steps, "batch": base.train.batch,
         "seq_len": base.train.seq_len, "size": base.size, "corpus": base.data.corpus,
-        # per model: a preset may give each model its own rate (train.lr=auto)
-        "preset_lr": {m: build_config("lm", preset=preset, overrides={**(overrides or {}), "model": m}).train.lr
+        # per model: a preset may give each model its own rate (train.lr=auto, resolved as a run resolves it)
+        "preset_lr": {m: build_config("lm", preset=preset, overrides={**(overrides or {}), "model": m}).lr
                       for m in models},
         "preset_warmup": build_config("lm", preset=preset, overrides=overrides or {}).train.warmup,
         "train_tokens": int(train.size), "dev_tokens": int(dev.size), "held_out_read": False,

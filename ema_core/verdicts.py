@@ -2,13 +2,12 @@
 
 Pure arithmetic (no torch, no pandas, no store), read by each study's findings:
 
-* **paired** (:class:`Spread`, :func:`spread`): a difference Δ formed within each seed (the same
-  data, the same initialisation), averaged over the seeds; its spread is the sample std of Δ
-  across seeds.  The structure and boundary studies, whose runs pair by seed.
-* **pooled** (:func:`pooled_std`): two groups of seeds compared by their means, against the pooled
-  std of the two groups.  The content study's ablation, whose variants may hold different seeds.
+A difference Δ is formed within each seed (the same data, the same batch order), then averaged
+over the seeds (:func:`paired`, or :func:`spread` of per-seed differences formed elsewhere); its
+spread (:class:`Spread`) is the sample std of Δ across those seeds.  Every study judges by it:
+structure, boundary, and content's predictor ablation (whose variants pair on the seeds both hold).
 
-Either way Δ is *beyond the seeds' spread* when |Δ| ≥ ``VERDICT_K`` × that std, and a spread needs
+Δ is *beyond the seeds' spread* when |Δ| ≥ ``VERDICT_K`` × that std, and a spread needs
 ``VERDICT_MIN_SEEDS`` seeds; a claim "Δ > 0" is then reproduced, not reproduced, or inconclusive
 (:func:`judge`).
 """
@@ -77,9 +76,3 @@ def judge(delta: Spread) -> str:
         return "inconclusive"
     return "reproduced" if delta.mean > 0 else "not_reproduced"
 
-
-def pooled_std(s1: float, n1: int, s2: float, n2: int) -> float:
-    """√(((n₁−1)s₁² + (n₂−1)s₂²)/(n₁+n₂−2)); NaN when either side has fewer than VERDICT_MIN_SEEDS seeds."""
-    if min(n1, n2) < VERDICT_MIN_SEEDS or any(v is None or not math.isfinite(v) for v in (s1, s2)):
-        return math.nan
-    return math.sqrt(((n1 - 1) * s1 * s1 + (n2 - 1) * s2 * s2) / (n1 + n2 - 2))

@@ -8,16 +8,17 @@ import math
 import pandas as pd
 import streamlit as st
 
+from ema_core.content_findings import (ATTN_INPUT_LABELS, VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict,
+                                      lm_variant_label, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.content import (ATTN_INPUT_LABELS, PREDICTOR_LABELS, SMOOTHING, lm_ablation_chart,
-                                      lm_ablation_frame, lm_curve_chart, lm_curve_frame, lm_variant_label)
+from ema_core.figures.content import (SMOOTHING, lm_ablation_chart, lm_ablation_frame, lm_curve_chart,
+                                      lm_curve_frame)
 from ema_core.palette import LM_VARIANTS
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, mean_std_cells
-from store.content import (VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict, lm_ablation, lm_curves,
-                           lm_final_stats, lm_runs, verdict_number)
+from store.content import lm_ablation, lm_curves, lm_final_losses, lm_final_stats, lm_runs
 from store.export import mean_std
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -128,8 +129,14 @@ if len(groups) > 1:
     st.warning(f"The runs picked come from {len(groups)} different settings (size, corpus, budget, ...); "
                "mean ± std then mixes them, and a SPEN is only divided by a GPT of its own settings.")
 with st.expander("Settings the runs share (besides model, predictor, attention input and seed)"):
-    st.json({g: json.loads(sel.loc[sel["group_id"] == g, "comparable"].iloc[0]) for g in groups},
-            expanded=len(groups) == 1)
+    shared = {g: json.loads(sel.loc[sel["group_id"] == g, "comparable"].iloc[0]) for g in groups}
+    st.json(shared, expanded=len(groups) == 1)
+    for g, config in shared.items():
+        if config.get("train", {}).get("lr") == "auto":  # the rate each model trained at, as its runs recorded it
+            part = sel[sel["group_id"] == g]
+            rates = [f"{model.upper()} {', '.join(f'{lr:g}' for lr in sorted(part.loc[part['model'] == model, 'lr'].dropna().unique()))}"
+                     for model in sorted(part["model"].dropna().unique())]
+            st.caption(f"Settings {g}: `train.lr = auto`, each model at the rate chosen for it — {'; '.join(rates)}.")
 
 # -- curves --------------------------------------------------------------------------------------------
 st.subheader("Validation curves")
@@ -224,7 +231,7 @@ def paper_table(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdi
          "derived from [A]", *ours(spen, "bpb_ratio", 2, "pairs"),
          "per seed; on one text, bits per byte scale with the loss, so the paper's ratio holds if both models "
          "share a tokenizer"),
-        # Not "identical" beside a number: the verdict of a stated rule (store.content.VERDICT_RULE), from the
+        # Not "identical" beside a number: the verdict of a stated rule (content_findings.VERDICT_RULE), from the
         # numbers of the ablation section, with the seeds its thinnest comparison had.
         ("Predictor ablation: attention predictors reading the state against SPEN linear", "identical",
          "[A] [S]", verdict.word if verdict.verdict != "untested" else "", verdict.claim_seeds,
@@ -263,21 +270,21 @@ def verdict_block(verdict: AblationVerdict) -> None:
     """The rule in words, the comparisons it reads, and the sentence computed from them."""
     st.markdown("##### Verdict")
     st.markdown(VERDICT_RULE)
-    comp = verdict.comparisons
-    if len(comp):
-        shown = pd.DataFrame({
-            "comparison": comp["role"], "variant": comp["variant"], "against": comp["reference"],
-            "Δ loss (nats/token)": comp["delta"].map(verdict_number),
-            "pooled std": comp["pooled_std"].map(lambda v: "" if pd.isna(v) else verdict_number(v)),
-            "threshold": comp["threshold"].map(lambda v: "" if pd.isna(v) else verdict_number(v)),
-            "seeds": [f"{a} / {b}" for a, b in zip(comp["n"], comp["n_ref"])],
-            "beyond the spread": comp["beyond"].map({True: "yes", False: "no"}).fillna("too few seeds"),
-        })
+    if verdict.comparisons:
+        def number(v: float) -> str:
+            return "" if math.isnan(v) else verdict_number(v)
+
+        shown = pd.DataFrame([{
+            "comparison": c.role, "variant": c.variant, "against": c.reference,
+            "Δ loss (nats/token)": number(c.delta.mean), "std of Δ": number(c.delta.std),
+            "threshold": number(c.threshold), "seeds paired": c.delta.n,
+            "beyond the spread": {True: "yes", False: "no", None: "too few seeds"}[c.beyond],
+        } for c in verdict.comparisons])
         st.table(shown, hide_index=True)
         table_downloads(shown, "content_ablation_verdict", key="content_verdict_dl",
                         caption="The predictor ablation's verdict: each comparison the rule reads (Δ = the "
-                                "variant's mean final validation loss − its reference's; threshold = "
-                                f"{VERDICT_K:g} × pooled std).",
+                                "variant's final validation loss − its reference's within each seed both hold, "
+                                f"averaged over those seeds; threshold = {VERDICT_K:g} × the std of Δ across them).",
                         label="tab:content-ablation-verdict")
     VERDICT_BOX[verdict.verdict](verdict.sentence)
 
@@ -332,6 +339,7 @@ def ablation_section(stats: pd.DataFrame, found: pd.DataFrame, verdict: Ablation
 try:
     stats = lm_final_stats(picked)
     found = lm_ablation(picked).set_index("measure")
+    finals = lm_final_losses(picked)
 except StoreError as exc:
     st.error(str(exc))
     st.stop()
@@ -341,7 +349,7 @@ st.subheader("Final evaluation, and the paper's numbers beside ours")
 if stats.empty:
     st.info("These runs hold no final evaluation.")
 else:
-    verdict = ablation_verdict(stats)
+    verdict = ablation_verdict(finals.to_dict("records"))
     final_table(stats, sel)
     paper_table(stats, found, verdict)
     ablation_section(stats, found, verdict)

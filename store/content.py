@@ -3,19 +3,12 @@ the predictor ablation, SPEN beside the same-size GPT."""
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
 from ema_core.config import nest
-from ema_core.lm.rates import AUTO, AUTO_LR
-from ema_core.palette import LM_VARIANTS
-from ema_core.tables import number_text
-from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, pooled_std
-from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
@@ -37,16 +30,9 @@ LM_VARIANT_FIELDS = ("model", "predictor", "attn_input", "seed", "device", "thre
 _LM_DOC_SEP = """CASE WHEN r.config->'data'->>'corpus' = 'austen' THEN '{}'::JSON
                       ELSE json_object('data', json_object('doc_sep', coalesce(r.config->'data'->>'doc_sep', 'none')))
                  END"""
-# train.lr: each model may train at its own rate chosen on dev (the quick preset's train.lr=auto,
-# AUTO_LR), and SPEN and the GPT at their chosen rates still compare; so a run at its model's chosen
-# rate reads as "auto".  Any other rate stays as it is: two runs of one variant at different rates
-# are not seeds of one thing, and a SPEN at a rate not chosen for it does not pair with the GPT at its own.
-_LM_AUTO_RATE = " OR ".join(
-    f"(r.config->>'size' = '{size}' AND r.config->>'model' = '{model}' "
-    f"AND (r.config->'train'->>'lr')::DOUBLE = {lr!r}::DOUBLE)"
-    for size, by_model in AUTO_LR.items() for model, lr in by_model.items())
-_LM_RATE = f"""CASE WHEN {_LM_AUTO_RATE} THEN json_object('train', json_object('lr', '{AUTO}')) ELSE '{{}}'::JSON END"""
-_LM_COMPARABLE = f"json_merge_patch(json_merge_patch(json_merge_patch(r.config, $drop), {_LM_DOC_SEP}), {_LM_RATE})::VARCHAR"
+# train.lr is compared as the config says it: "auto" (each model at the rate chosen for it, recorded
+# in the run's summary) groups SPEN with the GPT at its own rate; a number groups with that number.
+_LM_COMPARABLE = f"json_merge_patch(json_merge_patch(r.config, $drop), {_LM_DOC_SEP})::VARCHAR"
 
 
 def _drop_patch(paths) -> str:
@@ -99,8 +85,9 @@ def lm_runs(run_ids: RunIds = None, status: str | Iterable[str] | None = None, *
     """Language-model runs with config and summary fields flattened, newest first.
 
     Columns: run_id, seed, status, started, model, predictor, attn_input, size, corpus (the
-    summary's name, else the config's), val_doc, steps, batch, seq_len, vocab_size (the
-    tokenizer's, else the config's), params, tokens (training tokens), tokens_per_step, val_loss,
+    summary's name, else the config's), val_doc, steps, batch, seq_len, lr (the peak rate it trained
+    at: the summary's record, which a run at ``train.lr=auto`` holds; else the config's number),
+    vocab_size (the tokenizer's, else the config's), params, tokens (training tokens), tokens_per_step, val_loss,
     val_ppl, val_bpb, tokens_per_s, seconds, matched_to, group_id (a short hash of the comparable
     config: runs with the same group_id differ only in variant and seed), comparable (that config as
     JSON text), config.
@@ -113,6 +100,7 @@ def lm_runs(run_ids: RunIds = None, status: str | Iterable[str] | None = None, *
                    coalesce(r.summary->>'corpus', r.config->'data'->>'corpus') AS corpus, r.config->'data'->>'val_doc' AS val_doc,
                    (r.config->'train'->>'steps')::BIGINT AS steps, (r.config->'train'->>'batch')::BIGINT AS batch,
                    (r.config->'train'->>'seq_len')::BIGINT AS seq_len,
+                   coalesce((r.summary->>'lr')::DOUBLE, try_cast(r.config->'train'->>'lr' AS DOUBLE)) AS lr,
                    coalesce((r.summary->>'vocab_size')::BIGINT, (r.config->'data'->>'vocab_size')::BIGINT) AS vocab_size,
                    (r.summary->>'params')::BIGINT AS params, (r.summary->>'tokens')::BIGINT AS tokens,
                    coalesce((r.summary->>'tokens')::DOUBLE / (r.config->'train'->>'steps')::DOUBLE,
@@ -152,12 +140,14 @@ def lm_curves(run_ids: RunIds, key: str = "val/loss", *, home: Path | None = Non
     )
 
 
-# Each SPEN run beside the GPT of the same seed and comparable config: the GPT sized to this very
-# SPEN when there is one, else the GPT sized to the linear SPEN (the launch form's GPT).
-_LM_EVAL_ROWS = f"""
+# Each run's final evaluation of one split (a loss that is not finite left out).
+_LM_FINAL_ROWS = f"""
     base AS ({_LM_RUNS}),
     ev AS (SELECT b.*, e.loss, e.ppl, e.bpb FROM base b JOIN lm_eval e USING (run_id)
-           WHERE e.split = $split AND isfinite(e.loss)),
+           WHERE e.split = $split AND isfinite(e.loss))"""
+# Each SPEN run beside the GPT of the same seed and comparable config: the GPT sized to this very
+# SPEN when there is one, else the GPT sized to the linear SPEN (the launch form's GPT).
+_LM_EVAL_ROWS = f"""{_LM_FINAL_ROWS},
     pair AS (SELECT s.run_id, g.run_id AS gpt_run_id, g.loss AS gpt_loss, g.ppl AS gpt_ppl, g.bpb AS gpt_bpb
              FROM ev s JOIN ev g ON g.model = 'gpt' AND g.seed = s.seed AND g.comparable = s.comparable
              WHERE s.model = 'spen'
@@ -192,6 +182,21 @@ def lm_final_stats(run_ids: RunIds = None, split: str = "val", *, home: Path | N
         FROM per_run
         GROUP BY model, predictor, attn_input
         ORDER BY {_LM_ORDER.format(p='')}"""
+    return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
+
+
+def lm_final_losses(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:
+    """Each finished run's final loss (nats/token), the rows the ablation's verdict pairs by seed
+    (:func:`ema_core.content_findings.ablation_verdict`).
+
+    Columns: run_id, group_id (as :func:`lm_runs`': runs of one group differ only in variant and seed),
+    model, predictor, attn_input, seed, loss.  A run whose loss is not finite has no row.
+    """
+    sql = f"""
+        WITH {_LM_FINAL_ROWS}
+        SELECT run_id, left(md5(comparable), 8) AS group_id, model, predictor, attn_input, seed, loss
+        FROM ev
+        ORDER BY {_LM_ORDER.format(p='')}, seed, run_id"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
 
 
@@ -236,144 +241,6 @@ def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None
         FROM v HAVING count(*) > 0
         ORDER BY measure"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
-
-
-# -- the predictor ablation's verdict, by a stated rule ----------------------------------------------------
-# Pure arithmetic on lm_final_stats' numbers (no SQL): kept beside the query whose frame it reads, so
-# that the page only draws what this returns.
-
-# The threshold and the pooled std are the rule every study shares (ema_core.verdicts): the ablation's
-# variants may hold different seeds, so it takes the pooled (unpaired) form.
-VERDICT_DECIMALS = 4     # every number of the verdict, in its table and its sentence alike
-VERDICT_RULE = (
-    "**The rule.** Two variants differ *beyond the seeds' spread* when their mean final validation losses "
-    f"differ by at least {VERDICT_K:g} × their pooled standard deviation across seeds "
-    "(pooled std = √(((n₁ − 1)·s₁² + (n₂ − 1)·s₂²) / (n₁ + n₂ − 2)), s the sample std of each "
-    "variant's "
-    f"seeds); each side needs at least {VERDICT_MIN_SEEDS} seeds. The paper claims that SPEN's attention "
-    "predictors reading the current trace state do what the linear predictor does. **Reproduced**: every such "
-    "attention predictor is within the spread of SPEN linear, *and* the power check passes: the raw-token "
-    "control (attention over the raw past tokens, no EMA bottleneck) is better than the best state reader "
-    "beyond the spread, so this budget can show a predictor's effect when there is one. **Not reproduced**: "
-    "a state-reading attention predictor differs from SPEN linear beyond the spread. **Inconclusive at this "
-    "budget**: fewer seeds than that, or the control is as flat as the EMA variants (the ablation has no "
-    "power), or there is no control to tell. Readers of past trace *states* are shown beside the rule, not in "
-    "it: an EMA sequence can be undone, so a gain there would not contradict the paper."
-)
-VERDICT_WORDS = {**SHARED_WORDS, "inconclusive": "inconclusive at this budget", "untested": "not tested by these runs"}
-
-
-@dataclass(frozen=True)
-class AblationVerdict:
-    verdict: str                 # a key of VERDICT_WORDS
-    sentence: str                # the finding, computed from the numbers in ``comparisons``
-    comparisons: pd.DataFrame    # role, variant, reference, delta, pooled_std, threshold, n, n_ref, beyond
-
-    @property
-    def word(self) -> str:
-        return VERDICT_WORDS[self.verdict]
-
-    @property
-    def claim_seeds(self) -> int:
-        """The fewest seeds any side of a claim comparison had (0 when there is none)."""
-        claim = self.comparisons[self.comparisons["role"] == "claim"]
-        return int(claim[["n", "n_ref"]].min().min()) if len(claim) else 0
-
-
-def verdict_number(x: float) -> str:
-    """A number of the verdict as its table and its sentence both show it."""
-    return number_text(float(x), VERDICT_DECIMALS)
-
-
-def _variant_name(predictor: str, attn_input: str) -> str:
-    # The palette's label (the charts' and tables' own); the figures module would pull in Altair here.
-    return LM_VARIANTS.get(("spen", predictor, attn_input), (f"SPEN {predictor} ({attn_input})", ""))[0]
-
-
-def ablation_verdict(stats: pd.DataFrame) -> AblationVerdict:
-    """The predictor ablation judged by :data:`VERDICT_RULE` from :func:`lm_final_stats`' frame
-    (model, predictor, attn_input, n, loss_mean, loss_std; SPEN rows are read, the GPT's ignored).
-
-    ``comparisons`` holds one row per pair judged: role ("claim": an attention predictor reading the
-    state against SPEN linear; "power check": the best raw-token control against the best state reader;
-    "beside the rule": a reader of past trace states against SPEN linear), the two variants, Δ = loss of
-    the variant − loss of the reference (nats/token; negative: the variant is better), the pooled std, the
-    threshold (VERDICT_K × pooled std), the seeds of each, and whether |Δ| reaches the threshold (None:
-    too few seeds).
-    """
-    cols = ["role", "variant", "reference", "delta", "pooled_std", "threshold", "n", "n_ref", "beyond"]
-    spen = stats[stats["model"] == "spen"] if len(stats) else stats
-    rows = {(r.predictor, r.attn_input): r for r in spen.itertuples(index=False)
-            if isinstance(r.predictor, str) and isinstance(r.attn_input, str)}  # an unreadable config: not judged
-    out: list[dict] = []
-
-    def compare(role: str, key: tuple[str, str], ref: tuple[str, str]) -> dict:
-        a, b = rows[key], rows[ref]
-        sd = pooled_std(float(a.loss_std) if pd.notna(a.loss_std) else math.nan, int(a.n),
-                        float(b.loss_std) if pd.notna(b.loss_std) else math.nan, int(b.n))
-        delta = float(a.loss_mean) - float(b.loss_mean)
-        row = dict(role=role, variant=_variant_name(*key), reference=_variant_name(*ref), delta=delta,
-                   pooled_std=sd, threshold=VERDICT_K * sd, n=int(a.n), n_ref=int(b.n),
-                   # strictly apart: two seeds that agree exactly (std 0) are not "beyond" at Δ = 0
-                   beyond=None if math.isnan(sd) else bool(abs(delta) >= VERDICT_K * sd and abs(delta) > 0))
-        out.append(row)
-        return row
-
-    linear = ("linear", "state")
-    claim = [compare("claim", k, linear) for k in sorted(rows) if k[1] == "state" and k != linear and linear in rows]
-    state_keys = [k for k in rows if k[1] == "state"]
-    tokens_keys = [k for k in rows if k[1] == "tokens"]
-    power = None
-    if state_keys and tokens_keys:
-        best_state = min(state_keys, key=lambda k: float(rows[k].loss_mean))
-        best_tokens = min(tokens_keys, key=lambda k: float(rows[k].loss_mean))
-        power = compare("power check", best_tokens, best_state)
-    for k in sorted(rows):
-        if k[1] == "sequence" and linear in rows:
-            compare("beside the rule", k, linear)
-    frame = pd.DataFrame(out, columns=cols)
-
-    n = verdict_number
-    if not claim:
-        missing = "SPEN linear" if linear not in rows else "an attention predictor reading the current state"
-        return AblationVerdict("untested", f"Not tested by these runs: the rule compares SPEN's attention predictors "
-                                           f"reading the current state with SPEN linear, and {missing} is missing.",
-                               frame)
-    differ = [c for c in claim if c["beyond"]]
-    if differ:
-        c = max(differ, key=lambda c: abs(c["delta"]))
-        return AblationVerdict("not_reproduced", (
-            f"Not reproduced: {c['variant']} differs from SPEN linear by Δ = {n(c['delta'])} nats/token, "
-            f"beyond {VERDICT_K:g} × the pooled std ({n(c['threshold'])}; {c['n']} and {c['n_ref']} seeds): "
-            "the predictor is not irrelevant at this budget."), frame)
-    thin = [c for c in claim if c["beyond"] is None]
-    if thin:
-        c = thin[0]
-        return AblationVerdict("inconclusive", (
-            f"Inconclusive at this budget: {c['variant']} and SPEN linear have {c['n']} and {c['n_ref']} seed(s); "
-            f"the rule needs at least {VERDICT_MIN_SEEDS} of each to measure the seeds' spread."), frame)
-    widest = max(claim, key=lambda c: abs(c["delta"]) / c["threshold"] if c["threshold"] > 0 else 0.0)
-    within = (f"every attention predictor reading the state is within the seeds' spread of SPEN linear "
-              f"(largest: {widest['variant']}, Δ = {n(widest['delta'])} against {n(widest['threshold'])})")
-    if power is None:
-        return AblationVerdict("inconclusive", (
-            f"Inconclusive at this budget: {within}, but there is no raw-token control among these runs, so "
-            "nothing shows that this budget could have told the predictors apart."), frame)
-    if power["beyond"] is None:
-        return AblationVerdict("inconclusive", (
-            f"Inconclusive at this budget: {within}, but the power check has {power['n']} and {power['n_ref']} "
-            f"seed(s); it needs at least {VERDICT_MIN_SEEDS} of each."), frame)
-    if power["beyond"] and power["delta"] < 0:
-        return AblationVerdict("reproduced", (
-            f"Reproduced: {within}, while the raw-token control, {power['variant']}, is better than the best "
-            f"state reader ({power['reference']}) by {n(-power['delta'])} nats/token, beyond "
-            f"{n(power['threshold'])}: the budget can show a predictor's effect, and the state readers show none."),
-            frame)
-    how = ("as flat as the EMA variants" if not power["beyond"] else "worse than the best state reader")
-    return AblationVerdict("inconclusive", (
-        f"Inconclusive at this budget: {within}, but the raw-token control, {power['variant']}, is {how} "
-        f"(Δ = {n(power['delta'])} against {n(power['threshold'])}): the ablation has no power at this budget, "
-        "so its flatness says nothing about the predictors."), frame)
 
 
 register_run_table("lm_eval", RunTable(lm_eval_labelled, ("split",), ("loss", "ppl", "bpb"), LM_LABELS))

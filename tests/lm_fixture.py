@@ -76,7 +76,8 @@ def _synthetic_run(name: str, variant: dict, seed: int, overrides: dict | None):
     summary = {"model": variant["model"], "params": 900_000 + 1000 * len(name),
                "tokens": cfg.train.steps * cfg.train.batch * cfg.train.seq_len,
                "val_loss": final, "val_ppl": math.exp(final), "val_bpb": final / 1.6, "corpus": "austen",
-               "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0}
+               "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0,
+               "lr": cfg.lr, "lr_auto": cfg.train.lr == "auto"}  # as a run records the rate it trained at
     result = {"summary": summary, "tables": {"lm_eval": [
         {"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}]}}
     return cfg.model_dump(mode="json"), events, result

@@ -13,12 +13,12 @@ from streamlit.testing.v1 import AppTest
 
 from apptest import ok, open_page
 
+from ema_core.content_findings import VERDICT_K, VERDICT_WORDS, ablation_verdict, lm_variant_label, verdict_number
 from ema_core.experiments import build_config
 from ema_core.figures.content import smooth_ema
 from lm_fixture import make_lm_runs
 from ema_core.tables import column_decimals
-from store.content import (VERDICT_K, VERDICT_WORDS, ablation_verdict, lm_ablation, lm_curves, lm_eval, lm_runs,
-                           pooled_std, verdict_number)
+from store.content import lm_ablation, lm_curves, lm_eval, lm_final_losses, lm_runs
 from store.export import mean_std
 
 PAGE = "pages/content.py"
@@ -85,8 +85,6 @@ def test_smooth_ema_is_the_plain_recursion():
 
 
 def test_variant_labels():
-    from ema_core.figures.content import lm_variant_label
-
     assert lm_variant_label("gpt", "linear", "state") == "GPT"
     assert lm_variant_label("spen", "softmax_attention", "tokens") == "SPEN softmax attention (tokens)"
     assert lm_variant_label("gpt", "linear_attention", "sequence") == "GPT (sized to SPEN linear attention (sequence))"
@@ -137,6 +135,8 @@ def test_curves_draw_one_mean_line_per_variant(runs):
     at = _page()
     assert at.multiselect(key="content_runs").value == runs  # every variant and seed, in variant order
     assert any("8 run(s) · 4 variant(s) · seeds 0, 1" in c.value for c in at.caption)
+    # The quick preset's train.lr=auto: one group, and the rate each model recorded having trained at.
+    assert any("`train.lr = auto`" in c.value and "GPT 0.003; SPEN 0.01" in c.value for c in at.caption)
     spec, data = _curves(at)
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "line"]  # faint seeds, then means
     means = data[data["line"] == "mean"]
@@ -213,8 +213,6 @@ def test_final_table_holds_the_store_numbers(runs):
 
 
 def test_the_paper_table_holds_260_and_33_beside_ours(runs):
-    from store.content import lm_final_stats
-
     at = _page()
     table = _table(at, "paper").set_index("measure")
     assert list(table.columns) == ["paper", "ours", "seeds", "source", "ours measured as"]
@@ -229,7 +227,8 @@ def test_the_paper_table_holds_260_and_33_beside_ours(runs):
     assert table.loc["Bits per byte, SPEN ÷ GPT", "ours"] == final.loc["SPEN linear", "bits per byte ÷ GPT"]
     claim = table.loc["Predictor ablation: attention predictors reading the state against SPEN linear"]
     assert claim["paper"] == "identical" and claim["seeds"] == 2
-    assert claim["ours"] == ablation_verdict(lm_final_stats(runs)).word  # a verdict by the rule, not a bare number
+    verdict = ablation_verdict(lm_final_losses(runs).to_dict("records"))
+    assert claim["ours"] == verdict.word  # a verdict by the rule, not a bare number
     assert "power check" in " ".join(table.index)
     assert table.loc["SPEN Wikipedia perplexity", "source"] == "[U]"
     assert table.loc["SPEN Wikipedia perplexity", "ours"] == ""
@@ -270,17 +269,18 @@ def test_every_chart_and_table_has_its_downloads(runs):
 
 def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
     at = _page()
-    assert any(m.value.startswith("**The rule.**") and "2 × their pooled standard deviation" in m.value
+    assert any(m.value.startswith("**The rule.**") and "paired by seed" in m.value
+               and f"{VERDICT_K:g} × the sample standard deviation of Δ" in m.value
                and "raw-token control" in m.value and "no power" in m.value for m in at.markdown)
     shown = _table(at, "beyond the spread")
-    # Recomputed here from the store's per-run losses, by the rule as the page states it.
+    # Recomputed here from the store's per-run losses, by the rule as the page states it: Δ within
+    # each seed, then its mean and sample std across the seeds.
     ev = lm_eval(runs, split="val").set_index("run_id")["loss"]
-    linear, state, tokens = (ev.loc[runs[i:i + 2]] for i in (2, 4, 6))
+    linear, state, tokens = (ev.loc[runs[i:i + 2]].to_numpy() for i in (2, 4, 6))
 
     def judged(a, b):
-        sd = np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)  # two seeds each
-        delta = a.mean() - b.mean()
-        return delta, 2 * sd, bool(abs(delta) >= 2 * sd)
+        d = a - b  # the runs are in seed order: seed 0, then seed 1
+        return d.mean(), VERDICT_K * d.std(ddof=1), bool(abs(d.mean()) >= VERDICT_K * d.std(ddof=1))
 
     d_claim, t_claim, beyond_claim = judged(state, linear)
     best_state = min((linear, state), key=lambda s: s.mean())
@@ -289,7 +289,7 @@ def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
     assert (claim["comparison"], claim["variant"], claim["against"]) == (
         "claim", "SPEN softmax attention (state)", "SPEN linear")
     assert claim["Δ loss (nats/token)"] == verdict_number(d_claim) and claim["threshold"] == verdict_number(t_claim)
-    assert claim["beyond the spread"] == ("yes" if beyond_claim else "no") and claim["seeds"] == "2 / 2"
+    assert claim["beyond the spread"] == ("yes" if beyond_claim else "no") and claim["seeds paired"] == 2
     assert (power["comparison"], power["variant"]) == ("power check", "SPEN softmax attention (tokens)")
     assert power["Δ loss (nats/token)"] == verdict_number(d_power)
     if beyond_claim:
@@ -300,72 +300,90 @@ def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
         word = "inconclusive at this budget"
     boxes = [*at.success, *at.error, *at.warning]
     sentence = next(b.value for b in boxes if b.value.lower().startswith(word))
-    # The sentence quotes the numbers of the table.
-    quoted = verdict_number(d_claim) if beyond_claim else verdict_number(d_power)
-    assert quoted in sentence
+    # The sentence quotes the numbers of the table (the control's gain as a positive number of nats).
+    quoted = verdict_number(d_claim if beyond_claim else -d_power if word == "reproduced" else d_power)
+    assert quoted in sentence and verdict_number(t_claim if beyond_claim else t_power) in sentence
 
 
-def _stats(rows) -> pd.DataFrame:
-    """lm_final_stats' frame for the verdict: (predictor, attn_input, n, loss_mean, loss_std) per SPEN variant."""
-    return pd.DataFrame([dict(model="spen", predictor=p, attn_input=a, n=n, loss_mean=m, loss_std=s)
-                         for p, a, n, m, s in rows]
-                        + [dict(model="gpt", predictor="linear", attn_input="state", n=3, loss_mean=3.0, loss_std=0.01)])
+def _runs(variants, group="g") -> list[dict]:
+    """The store's lm_final_losses rows: one per seed of each (predictor, attn_input, losses by seed 0, 1, …),
+    and a GPT (not in the ablation) whose losses would change every verdict if it were read."""
+    rows = [dict(model="spen", predictor=p, attn_input=a, seed=seed, loss=loss, group_id=group)
+            for p, a, losses in variants for seed, loss in enumerate(losses)]
+    return rows + [dict(model="gpt", predictor="linear", attn_input="state", seed=s, loss=1.0, group_id=group)
+                   for s in range(3)]
 
 
-LIN = ("linear", "state", 3, 5.00, 0.02)
+LIN = ("linear", "state", [5.00, 5.02, 4.98])
 
 
-@pytest.mark.parametrize("rows, verdict, words", [
-    # state readers within 2 × pooled std, control far better: the flat ablation had power
-    ([LIN, ("softmax_attention", "state", 3, 5.03, 0.02), ("softmax_attention", "tokens", 3, 4.50, 0.02)],
-     "reproduced", ["0.0300 against 0.0400", "by 0.5000 nats/token"]),
-    # an attention state reader apart from linear beyond the spread
-    ([LIN, ("linear_attention", "state", 3, 4.90, 0.02), ("softmax_attention", "tokens", 3, 4.50, 0.02)],
-     "not_reproduced", ["SPEN linear attention (state) differs", "Δ = -0.1000", "(0.0400; 3 and 3 seeds)"]),
+@pytest.mark.parametrize("variants, verdict, words", [
+    # state readers within 2 × the std of Δ (Δ = 0.03, −0.01, 0.01), control far better: the flat ablation had power
+    ([LIN, ("softmax_attention", "state", [5.03, 5.01, 4.99]), ("softmax_attention", "tokens", [4.50, 4.51, 4.49])],
+     "reproduced", ["0.0100 against 0.0400", "by 0.5000 nats/token"]),
+    # an attention state reader apart from linear beyond the spread (Δ = −0.10, −0.09, −0.11)
+    ([LIN, ("linear_attention", "state", [4.90, 4.93, 4.87]), ("softmax_attention", "tokens", [4.5, 4.5, 4.5])],
+     "not_reproduced", ["SPEN linear attention (state) differs", "Δ = -0.1000", "(0.0200; 3 seeds paired)"]),
     # the control as flat as the EMA variants: no power
-    ([LIN, ("softmax_attention", "state", 3, 5.01, 0.02), ("softmax_attention", "tokens", 3, 4.99, 0.02)],
+    ([LIN, ("softmax_attention", "state", [5.01, 5.03, 4.97]), ("softmax_attention", "tokens", [4.99, 5.03, 4.99])],
      "inconclusive", ["as flat as the EMA variants", "no power at this budget"]),
     # the control worse than the state readers beyond the spread: no power shown either
-    ([LIN, ("softmax_attention", "state", 3, 5.01, 0.02), ("softmax_attention", "tokens", 3, 5.50, 0.02)],
+    ([LIN, ("softmax_attention", "state", [5.01, 5.03, 4.97]), ("softmax_attention", "tokens", [5.50, 5.52, 5.48])],
      "inconclusive", ["worse than the best state reader"]),
     # one seed: no spread to compare with
-    ([("linear", "state", 1, 5.0, math.nan), ("softmax_attention", "state", 1, 5.3, math.nan),
-      ("softmax_attention", "tokens", 1, 4.0, math.nan)], "inconclusive", ["1 and 1 seed(s)", "at least 2"]),
+    ([("linear", "state", [5.0]), ("softmax_attention", "state", [5.3]), ("softmax_attention", "tokens", [4.0])],
+     "inconclusive", ["share 1 seed(s)", "at least 2 seeds paired"]),
     # no control among the runs
-    ([LIN, ("softmax_attention", "state", 3, 5.01, 0.02)], "inconclusive", ["no raw-token control"]),
+    ([LIN, ("softmax_attention", "state", [5.01, 5.03, 4.97])], "inconclusive", ["no raw-token control"]),
     # nothing to compare
-    ([LIN, ("softmax_attention", "tokens", 3, 4.5, 0.02)], "untested", ["reading the current state is missing"]),
+    ([LIN, ("softmax_attention", "tokens", [4.5, 4.5, 4.5])], "untested", ["reading the current state is missing"]),
     ([], "untested", ["SPEN linear is missing"]),
 ])
-def test_the_ablation_verdict_rule(rows, verdict, words):
-    v = ablation_verdict(_stats(rows))
+def test_the_ablation_verdict_rule(variants, verdict, words):
+    v = ablation_verdict(_runs(variants))
     assert v.verdict == verdict and v.word == VERDICT_WORDS[verdict]
     assert v.sentence.lower().startswith(v.word)
     for w in words:
         assert w in v.sentence, (w, v.sentence)
 
 
-def test_verdict_comparisons_and_pooled_std():
-    assert pooled_std(0.02, 3, 0.02, 3) == pytest.approx(0.02)
-    assert pooled_std(0.01, 2, 0.03, 4) == pytest.approx(math.sqrt((0.01**2 + 3 * 0.03**2) / 4))
-    assert math.isnan(pooled_std(0.02, 1, 0.02, 3))
-    v = ablation_verdict(_stats([LIN, ("softmax_attention", "state", 3, 5.03, 0.02),
-                                 ("linear_attention", "sequence", 3, 4.7, 0.02),
-                                 ("softmax_attention", "tokens", 3, 4.5, 0.02),
-                                 ("linear_attention", "tokens", 3, 4.6, 0.02)])).comparisons
-    assert list(v["role"]) == ["claim", "power check", "beside the rule"]
-    power = v.iloc[1]  # the best control against the best state reader
-    assert (power["variant"], power["reference"]) == ("SPEN softmax attention (tokens)", "SPEN linear")
-    assert power["delta"] == pytest.approx(-0.5) and power["threshold"] == pytest.approx(VERDICT_K * 0.02)
+def test_the_verdict_pairs_by_seed_within_one_settings_group():
+    # Linear at seeds 0–2, softmax at seeds 1–3: paired on seeds 1 and 2 only.  A pooled comparison
+    # would see the seed-to-seed swing (±0.5) and call them within the spread; paired, softmax is
+    # 0.01 worse on both seeds, which is beyond a spread of zero.
+    lin = [dict(model="spen", predictor="linear", attn_input="state", seed=s, loss=loss, group_id="g")
+           for s, loss in ((0, 9.0), (1, 5.0), (2, 5.5))]
+    soft = [dict(model="spen", predictor="softmax_attention", attn_input="state", seed=s, loss=loss, group_id="g")
+            for s, loss in ((1, 5.01), (2, 5.51), (3, 1.0))]
+    (claim,) = ablation_verdict(lin + soft).comparisons
+    assert claim.delta.n == 2 and claim.delta.mean == pytest.approx(0.01) and claim.beyond
+    # The same seed of other settings (another group) never pairs.
+    elsewhere = [{**r, "group_id": "h"} for r in soft]
+    (claim,) = ablation_verdict(lin + elsewhere).comparisons
+    assert claim.delta.n == 0 and claim.beyond is None
+    # Two runs of one variant, seed and group (a setting that changes no number, say threads) are averaged.
+    twice = lin + soft + [{**soft[0], "loss": 5.03}]
+    assert ablation_verdict(twice).comparisons[0].delta.mean == pytest.approx((0.02 + 0.01) / 2)
+
+
+def test_verdict_comparisons():
+    v = ablation_verdict(_runs([LIN, ("softmax_attention", "state", [5.03, 5.01, 4.99]),
+                                ("linear_attention", "sequence", [4.70, 4.71, 4.69]),
+                                ("softmax_attention", "tokens", [4.50, 4.51, 4.49]),
+                                ("linear_attention", "tokens", [4.60, 4.61, 4.59])])).comparisons
+    assert [c.role for c in v] == ["claim", "power check", "beside the rule"]
+    power = v[1]  # the best control against the best state reader
+    assert (power.variant, power.reference) == ("SPEN softmax attention (tokens)", "SPEN linear")
+    assert power.delta.mean == pytest.approx(-0.5) and power.threshold == pytest.approx(VERDICT_K * 0.01)
     # a sequence reader's gain is shown, not judged: the verdict stays "reproduced"
-    assert v.iloc[2]["beyond"] and ablation_verdict(_stats([LIN, ("softmax_attention", "state", 3, 5.03, 0.02),
-                                                             ("linear_attention", "sequence", 3, 4.7, 0.02),
-                                                             ("softmax_attention", "tokens", 3, 4.5, 0.02)])
-                                                     ).verdict == "reproduced"
+    assert v[2].beyond and ablation_verdict(_runs([LIN, ("softmax_attention", "state", [5.03, 5.01, 4.99]),
+                                                   ("linear_attention", "sequence", [4.70, 4.71, 4.69]),
+                                                   ("softmax_attention", "tokens", [4.50, 4.51, 4.49])])
+                                            ).verdict == "reproduced"
     # seeds that agree exactly are not "beyond" each other at Δ = 0
-    same = ablation_verdict(_stats([("linear", "state", 2, 5.0, 0.0), ("softmax_attention", "state", 2, 5.0, 0.0),
-                                    ("softmax_attention", "tokens", 2, 4.0, 0.0)]))
-    assert not same.comparisons.iloc[0]["beyond"] and same.verdict == "reproduced"
+    same = ablation_verdict(_runs([("linear", "state", [5.0, 5.0]), ("softmax_attention", "state", [5.0, 5.0]),
+                                   ("softmax_attention", "tokens", [4.0, 4.0])]))
+    assert same.comparisons[0].beyond is False and same.verdict == "reproduced"
 
 
 def test_one_seed_and_no_pick(runs):

@@ -595,14 +595,15 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     from playwright.sync_api import expect
 
     from lm_fixture import make_lm_runs
-    from store.content import ablation_verdict, lm_final_stats, verdict_number
+    from ema_core.content_findings import ablation_verdict, verdict_number
+    from store.content import lm_final_losses, lm_final_stats
     from store.export import mean_std
 
     # Two seeds of GPT, SPEN linear, SPEN softmax attention on the state and on raw tokens: the
     # experiment itself at tiny sizes, so the browser sees what a real run writes.
     run_ids = make_lm_runs(emalab_home, ("gpt", "linear", "softmax_state", "softmax_tokens"), (0, 1), real=True)
     stats = lm_final_stats(run_ids, home=emalab_home)
-    verdict = ablation_verdict(stats)
+    verdict = ablation_verdict(lm_final_losses(run_ids, home=emalab_home).to_dict("records"))
     # SPEN linear ÷ the GPT of the same seed, as the paper's table shows it (two decimals).
     spen = stats[(stats["model"] == "spen") & (stats["predictor"] == "linear") & (stats["attn_input"] == "state")]
     ratios = {what: mean_std(float(spen[f"{col}_mean"].iloc[0]), float(spen[f"{col}_std"].iloc[0]), 2)
@@ -650,8 +651,9 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         said = page.get_by_text(verdict.sentence, exact=True)
         expect(said).to_be_visible()
         page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
-        for delta in verdict.comparisons["delta"]:  # the comparisons the sentence is computed from
-            expect(page.get_by_role("table").filter(has_text="Δ loss (nats/token)")).to_contain_text(verdict_number(delta))
+        for c in verdict.comparisons:  # the comparisons the sentence is computed from
+            expect(page.get_by_role("table").filter(has_text="Δ loss (nats/token)")).to_contain_text(
+                verdict_number(c.delta.mean))
         _scroll_to_top(verdict_heading)
         expect(said).to_be_in_viewport()
         page.wait_for_timeout(500)

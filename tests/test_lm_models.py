@@ -4,7 +4,7 @@ import torch
 
 from ema_core.lm.gpt import GPT, GPTConfig, count_params
 from ema_core.lm.predictors import ATTN_INPUTS, PREDICTORS, causal_linear_attention, phi
-from ema_core.lm.sizes import SIZES, build_model, gpt_config, matched_gpt_config, param_count, spen_config
+from ema_core.lm.sizes import SIZES, ModelChoice, build_model, gpt_config, matched_gpt_config, param_count, spen_config
 from ema_core.lm.spen import SPEN, SPENConfig, topk_count, topk_mask, topk_sparsify
 
 
@@ -122,41 +122,48 @@ def test_causal_linear_attention_is_causal_bit_for_bit(chunk, dtype):
 @pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("predictor,attn_input", WIRINGS)
 def test_gpt_matches_spen_size_at_every_size(size, predictor, attn_input):
-    s = param_count(spen_config(size, predictor=predictor, attn_input=attn_input))
-    g = param_count(gpt_config(size, predictor=predictor, attn_input=attn_input))
+    choice = ModelChoice(size=size, predictor=predictor, attn_input=attn_input)
+    s = param_count(spen_config(choice))
+    g = param_count(gpt_config(choice))
     assert abs(g / s - 1) <= 0.05, (s, g)
 
 
 def test_paper_size_is_about_130M():
-    assert 120e6 <= param_count(spen_config("paper")) <= 140e6
-    assert spen_config("paper").k == 138  # 6 % of 2,304 FFN units
+    paper = spen_config(ModelChoice(size="paper"))
+    assert 120e6 <= param_count(paper) <= 140e6
+    assert paper.k == 138  # 6 % of 2,304 FFN units
 
 
 def test_meta_count_equals_the_built_model():
-    cfg = spen_config("tiny", vocab_size=300, predictor="softmax_attention", attn_input="state")
+    cfg = spen_config(ModelChoice(predictor="softmax_attention", attn_input="state"), vocab_size=300)
     assert param_count(cfg) == count_params(SPEN(cfg))
     gcfg = matched_gpt_config(cfg, seq_len=64)
     assert param_count(gcfg) == count_params(GPT(gcfg))
 
 
 def test_build_model_from_a_size_name():
-    m = build_model("spen", "tiny", vocab_size=300, predictor="linear_attention", attn_input="sequence", seed=3)
+    wiring = dict(size="tiny", predictor="linear_attention", attn_input="sequence")
+    m = build_model(ModelChoice(model="spen", **wiring), vocab_size=300, seed=3)
     assert isinstance(m, SPEN) and m.cfg.vocab_size == 300 and m.cfg.d_model == SIZES["tiny"].shape.d_model
-    g = build_model("gpt", "tiny", vocab_size=300, predictor="linear_attention", attn_input="sequence")
+    assert (m.cfg.predictor, m.cfg.attn_input) == ("linear_attention", "sequence")
+    g = build_model(ModelChoice(model="gpt", **wiring), vocab_size=300)
     assert isinstance(g, GPT) and g.cfg.seq_len == SIZES["tiny"].seq_len
-    with pytest.raises(ValueError, match="size"):
-        spen_config("huge")
-    with pytest.raises(ValueError, match="model"):
-        build_model("mamba", "tiny")
+    # The GPT is sized to the SPEN of the same choice, not to the linear one.
+    assert g.cfg.d_ff != build_model(ModelChoice(model="gpt"), vocab_size=300).cfg.d_ff
+    # The choices are typed from the registries that build them: one line naming the setting and its values.
+    with pytest.raises(ValueError, match="size\n.*'tiny', 'small' or 'paper'"):
+        ModelChoice(size="huge")
+    with pytest.raises(ValueError, match="model\n.*'spen' or 'gpt'"):
+        ModelChoice(model="mamba")
 
 
 # -- configuration --------------------------------------------------------------------------
 
 def test_config_rejects_unknown_or_meaningless_wiring():
     assert set(PREDICTORS) == {"linear", "linear_attention", "softmax_attention"}
-    with pytest.raises(ValueError, match="predictor must be one of"):
+    with pytest.raises(ValueError, match="predictor\n.*'linear', 'linear_attention' or 'softmax_attention'"):
         SPENConfig(vocab_size=10, predictor="mamba")
-    with pytest.raises(ValueError, match="attn_input must be one of"):
+    with pytest.raises(ValueError, match="attn_input\n.*'state', 'sequence' or 'tokens'"):
         SPENConfig(vocab_size=10, predictor="softmax_attention", attn_input="everything")
     for a in ("tokens", "sequence"):
         with pytest.raises(ValueError, match="linear predictor"):

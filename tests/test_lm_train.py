@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.lm.sizes import build_model
+from ema_core.lm.rates import AUTO_LR, resolve_lr
+from ema_core.lm.sizes import ModelChoice, build_model
 from ema_core.lm.train import Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
 
 V = 64
@@ -37,7 +38,8 @@ def _streams(n_train=20_000, n_val=2_000, seed=0) -> Streams:
 
 
 def _model(kind="spen", **kw):
-    return build_model(kind, "tiny", vocab_size=V, seq_len=64, seed=0, **{**SMALL, **kw} if kind == "spen" else SMALL)
+    return build_model(ModelChoice(model=kind), vocab_size=V, seq_len=64, seed=0,
+                       **{**SMALL, **kw} if kind == "spen" else SMALL)
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -125,8 +127,14 @@ def test_checkpoint_and_resume_is_bit_identical(kind):
 
 
 def test_lm_config_errors_are_named():
-    with pytest.raises(ValueError, match="model must be one of"):
+    with pytest.raises(ValueError, match="^model: Input should be 'spen' or 'gpt' \\(got 'mamba'\\)$"):
         build_config("lm", overrides={"model": "mamba"})
+    with pytest.raises(ValueError, match="^size: Input should be 'tiny', 'small' or 'paper' \\(got 'huge'\\)$"):
+        build_config("lm", overrides={"size": "huge"})
+    with pytest.raises(ValueError, match="^predictor: Input should be 'linear', 'linear_attention' or "):
+        build_config("lm", overrides={"predictor": "nope"})
+    with pytest.raises(ValueError, match="^train.lr: expects a number in \\(0, 10\\] or auto \\(got -1\\)$"):
+        build_config("lm", overrides={"lr": -1})
     with pytest.raises(ValueError, match="the linear predictor .* attn_input must be .state."):
         build_config("lm", overrides={"predictor": "linear", "attn_input": "sequence"})
     with pytest.raises(ValueError, match="val_doc|persuasion|novel"):
@@ -153,6 +161,39 @@ def test_lm_experiment_on_austen(tmp_path, monkeypatch):
     assert result["tables"]["lm_eval"] == [{"split": "val", "loss": s["val_loss"], "ppl": s["val_ppl"],
                                             "bpb": s["val_bpb"]}]
     assert b'"model"' in rep.artifacts["tokenizer.json"]  # the tokenizer travels with the run
+    assert (s["lr"], s["lr_auto"]) == (3e-3, False)  # the tiny preset's own number
+
+
+def test_train_lr_auto_is_kept_by_the_config_and_resolved_by_the_run():
+    # The config says "auto" (it is what the run id hashes and the store groups by) ...
+    cfg = build_config("lm", preset="quick", overrides={"model": "gpt"})
+    assert cfg.train.lr == "auto" and '"lr":"auto"' in cfg.model_dump_json()
+    # ... and names one rate per model and size, the one chosen on dev.
+    assert (cfg.lr, build_config("lm", preset="quick").lr) == (AUTO_LR["tiny"]["gpt"], AUTO_LR["tiny"]["spen"])
+    assert build_config("lm", preset="quick", overrides={"lr": 1e-3}).lr == 1e-3  # a number is itself
+    # A model and size with no chosen rate is refused with the config, naming them, never trained at another rate.
+    with pytest.raises(ValueError, match="auto: no rate was chosen for model gpt at size small .*size tiny"):
+        build_config("lm", preset="quick", overrides={"model": "gpt", "size": "small"})
+    with pytest.raises(ValueError, match="model spen at size paper"):
+        resolve_lr("spen", "paper", "auto")
+    # The loop itself trains at a number only: "auto" must have been resolved for a model first.
+    with pytest.raises(ValueError, match="resolve train.lr=auto first"):
+        train_lm(_model("gpt"), _streams(), _cfg(lr="auto"), seed=0)
+
+
+def test_a_run_at_train_lr_auto_trains_at_the_chosen_rate_records_it_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
+    cfg = build_config("lm", preset="quick", overrides=dict(model="gpt", steps=4, batch=2, seq_len=32, warmup=1,
+                                                            eval_every=2, eval_tokens=256, final_eval_tokens=1024,
+                                                            vocab_size=512, checkpoint_every=2, log_every=1))
+    rep = NullReporter(stop_after_checkpoints=1)  # stops at step 2, its checkpoint naming the config ("auto")
+    with pytest.raises(Cancelled):
+        REGISTRY["lm"].run(cfg, rep)
+    rep.stop_after_checkpoints = None
+    s = REGISTRY["lm"].run(cfg, rep)["summary"]  # resumes: the stored config is recognised as this one
+    assert (s["lr"], s["lr_auto"]) == (AUTO_LR["tiny"]["gpt"], True)
+    logged = [m["train/lr"] for _, m in rep.events if "train/lr" in m]
+    assert len(logged) == 4 and max(logged) == pytest.approx(AUTO_LR["tiny"]["gpt"])  # the peak, after warm-up
 
 
 @pytest.mark.parametrize("model", ["spen", "gpt"])

@@ -338,7 +338,7 @@ def test_config_id_ignores_the_seed():
 
 # -- the content experiment ---------------------------------------------------------------------------
 
-def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps=4, curve=(), lr=None):
+def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps=4, curve=(), lr=None, used=None):
     config = {"model": model, "predictor": predictor, "attn_input": attn_input, "size": "tiny", "corpus": "austen",
               "val_doc": "persuasion", "steps": steps, "batch": 2, "seq_len": 8, "vocab_size": 512,
               "device": "cpu", "threads": seed + 1, "seed": seed}  # threads: a setting that changes no number
@@ -347,6 +347,8 @@ def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps
     summary = {"model": model, "params": params, "tokens": 16 * steps, "val_loss": loss, "val_ppl": ppl,
                "val_bpb": bpb, "corpus": "austen", "vocab_size": 500, "tokens_per_s": 100.0, "seconds": 1.0,
                "matched_to": "spen/linear/state" if model == "gpt" else None}
+    if used is not None:  # the rate a run at train.lr=auto records having trained at
+        summary.update(lr=used, lr_auto=True)
     rd = RunDir.for_id(run_id_for("lm", config, seed), h)
     rd.create("lm", config, seed)
     events = [{"seq": i, "step": step, "metrics": {"val/loss": v, "train/loss": v + 1}}
@@ -397,26 +399,46 @@ def test_lm_runs_flatten_config_and_summary(lm_store):
     assert content.lm_runs(home=h / "nothing").empty
 
 
-def test_each_model_at_its_chosen_rate_compares_and_another_rate_does_not(tmp_path):
-    from ema_core.lm.rates import AUTO_LR
-
+def test_runs_at_train_lr_auto_compare_and_each_shows_the_rate_it_recorded(tmp_path):
     h = tmp_path / "home"
-    rates = AUTO_LR["tiny"]
-    ids = {"gpt": _lm_run(h, 0, "gpt", "linear", "state", 2.0, 10, 1.0, 1000, lr=rates["gpt"]),
-           "spen": _lm_run(h, 0, "spen", "linear", "state", 3.0, 80, 2.0, 990, lr=rates["spen"]),
-           # the same variant and seed at the GPT's rate, not the one chosen for SPEN: not a seed of the above
-           "spen_other": _lm_run(h, 0, "spen", "linear", "state", 3.5, 90, 2.2, 990, lr=rates["gpt"]),
-           # both models at one rate chosen for neither: they compare with each other
+    ids = {"gpt": _lm_run(h, 0, "gpt", "linear", "state", 2.0, 10, 1.0, 1000, lr="auto", used=3e-3),
+           "spen": _lm_run(h, 0, "spen", "linear", "state", 3.0, 80, 2.0, 990, lr="auto", used=1e-2),
+           # the same variant and seed at a rate set by hand: not a seed of the above
+           "spen_set": _lm_run(h, 0, "spen", "linear", "state", 3.5, 90, 2.2, 990, lr=3e-3),
+           # both models at one rate set by hand: they compare with each other
            "spen_1e-3": _lm_run(h, 0, "spen", "linear", "state", 3.6, 91, 2.3, 990, lr=1e-3),
-           "gpt_1e-3": _lm_run(h, 0, "gpt", "linear", "state", 2.6, 13, 1.3, 1000, lr=1e-3)}
+           "gpt_1e-3": _lm_run(h, 0, "gpt", "linear", "state", 2.6, 13, 1.3, 1000, lr=1e-3),
+           # a run stored before "auto" was kept holds the number it trained at: it groups as that number
+           # (with a GPT at 1e-2 too, never with the runs at "auto")
+           "spen_older": _lm_run(h, 1, "spen", "linear", "state", 3.1, 81, 2.1, 990, lr=1e-2),
+           "gpt_older": _lm_run(h, 1, "gpt", "linear", "state", 2.1, 11, 1.1, 1000, lr=3e-3)}
     assert ingest(h)["errors"] == []
-    groups = content.lm_runs(home=h).set_index("run_id")["group_id"]
+    runs = content.lm_runs(home=h).set_index("run_id")
+    groups = runs["group_id"]
     assert groups[ids["gpt"]] == groups[ids["spen"]]
-    assert groups[ids["spen_other"]] not in (groups[ids["spen"]], groups[ids["gpt"]], groups[ids["gpt_1e-3"]])
+    assert groups[ids["spen_set"]] not in (groups[ids["spen"]], groups[ids["gpt_1e-3"]])
     assert groups[ids["spen_1e-3"]] == groups[ids["gpt_1e-3"]] != groups[ids["spen"]]
-    # Within the chosen-rate group SPEN pairs with the GPT at its own rate.
+    assert groups[ids["spen_older"]] not in (groups[ids["spen"]], groups[ids["gpt_older"]])
+    assert '"lr":"auto"' in runs.loc[ids["spen"], "comparable"]
+    # The rate each trained at: the recorded one for "auto", the config's number otherwise.
+    assert runs.loc[[ids["gpt"], ids["spen"], ids["spen_set"], ids["spen_older"]], "lr"].tolist() == [
+        3e-3, 1e-2, 3e-3, 1e-2]
+    # Within the "auto" group SPEN pairs with the GPT at its own rate.
     stats = content.lm_final_stats([ids["gpt"], ids["spen"]], home=h).set_index("model")
     assert stats.loc["spen", "pairs"] == 1 and stats.loc["spen", "ppl_ratio_mean"] == pytest.approx(8.0)
+
+
+def test_lm_final_losses_are_the_verdicts_rows(lm_store):
+    h, ids = lm_store
+    df = content.lm_final_losses(home=h)
+    assert list(df.columns) == ["run_id", "group_id", "model", "predictor", "attn_input", "seed", "loss"]
+    row = df.set_index("run_id").loc[ids["tok1"]]
+    assert (row["model"], row["predictor"], row["attn_input"], row["seed"], row["loss"]) == (
+        "spen", "softmax_attention", "tokens", 1, pytest.approx(2.7))
+    groups = df.set_index("run_id")["group_id"]
+    assert groups[ids["lin0"]] == groups[ids["gpt1"]] != groups[ids["long0"]]  # as lm_runs groups them
+    assert groups.to_dict() == content.lm_runs(home=h).set_index("run_id")["group_id"].to_dict()
+    assert content.lm_final_losses(ids["gpt0"], split="test", home=h).empty
 
 
 def test_lm_curves_count_tokens_and_keep_the_newest_logging(lm_store):

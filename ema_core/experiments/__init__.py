@@ -122,6 +122,13 @@ def _holds_bool(value: Any) -> bool:
 
 
 def _type_name(annotation: Any) -> str:
-    if typing.get_origin(annotation) is tuple:
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
         return "a list of numbers"
+    if origin is typing.Annotated:  # a constrained type reads as the type it constrains
+        return _type_name(typing.get_args(annotation)[0])
+    if origin is typing.Literal:
+        return " or ".join(map(str, typing.get_args(annotation)))
+    if origin is typing.Union:  # train.lr: a number or auto
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation))
     return {int: "an integer", float: "a number", str: "text"}.get(annotation, str(annotation))

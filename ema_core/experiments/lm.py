@@ -16,56 +16,42 @@ import time
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import seed_field
 from ema_core.lm.data import LMDataConfig, prepare
-from ema_core.lm import predictors, sizes
-from ema_core.lm.rates import AUTO, AUTO_LR
-from ema_core.lm.sizes import build_model
+from ema_core.lm.rates import AUTO, resolve_lr
+from ema_core.lm.sizes import ModelChoice, build_model
 from ema_core.lm.tokenizer import tokenizer_json
 from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
 
 KIND = "lm"
-# The choice lists come from the registries that build the models (one declaration each).
-MODELS = sizes.MODELS
-PREDICTORS = tuple(predictors.PREDICTORS)
-SIZES = tuple(sizes.SIZES)
 
 
-
-
-class LMConfig(BaseModel):
+class LMConfig(ModelChoice):
     """A language model (SPEN or its same-size GPT) on a corpus; every setting the run depends on.
 
-    What is compared (model, predictor, attention input, size) sits at the top; the corpus and the
-    training loop are their components' configs, composed whole (``data.corpus``, ``train.lr``).
+    What is compared (model, predictor, attention input, size) is the models' own choice, inherited
+    whole (:class:`ema_core.lm.sizes.ModelChoice`: each typed from the registry that builds it); the
+    corpus and the training loop are their components' configs, composed whole (``data.corpus``,
+    ``train.lr``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str = Field("spen", description=f"one of {', '.join(MODELS)}")
-    predictor: str = Field("linear", description=f"SPEN's predictor: one of {', '.join(PREDICTORS)}")
-    attn_input: str = Field("state", description="what an attention predictor reads: state (current traces), "
-                                                 "sequence (past trace states) or tokens (raw inputs: the control)")
-    size: str = Field("tiny", description=f"model size: one of {', '.join(SIZES)}")
     data: LMDataConfig = LMDataConfig()
     train: TrainConfig = TrainConfig()
-    device: str = Field("auto", description="auto (CUDA when present), cpu or cuda")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto (CUDA when present), cpu or cuda")
     threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default)")
     seed: int = seed_field("seed of the initialisation and of the batches")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _auto_lr(cls, data):
-        # "auto" is resolved here, before the config is frozen and hashed: a run stores the number it
-        # trained with, and `--set model=gpt` on the quick preset gets the GPT's own rate.
-        if isinstance(data, dict) and isinstance(data.get("train"), dict) and data["train"].get("lr") == AUTO:
-            model, size = data.get("model", "spen"), data.get("size", "tiny")
-            lr = AUTO_LR.get(size, {}).get(model, TrainConfig.model_fields["lr"].default)
-            data = {**data, "train": {**data["train"], "lr": lr}}
-        return data
+    @property
+    def lr(self) -> float:
+        """The peak rate this run trains at: ``train.lr``, or for "auto" the rate chosen for its model and size."""
+        return resolve_lr(self.model, self.size, self.train.lr)
 
     @field_validator("device")
     @classmethod
@@ -77,18 +63,17 @@ class LMConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _choices(self) -> "LMConfig":
-        for name, allowed in (("model", MODELS), ("size", SIZES), ("device", ("auto", "cpu", "cuda"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        predictors.check_predictor(self.predictor, self.attn_input)  # the predictors' own rule, stated once
+    def _rate_chosen(self) -> "LMConfig":
+        # "auto" stays in the config (SPEN and the GPT at their own rates are one setting); a model and
+        # size with no chosen rate is refused here, before a run folder exists.
+        resolve_lr(self.model, self.size, self.train.lr)
         return self
 
 
 PRESETS: dict[str, dict] = {
     # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
     # (0.6M training tokens, under one pass over the five novels).
-    # Each model at its own rate, chosen on dev (AUTO_LR), then the warm-up at those rates, also on
+    # Each model at its own rate, chosen on dev (ema_core.lm.rates), then the warm-up at those rates, also on
     # dev: both models chose the longest swept, 200 of the 300 steps (docs/benchmarks.md).
     "quick": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 300,
               "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 50, "train.eval_tokens": 16_384,
@@ -143,8 +128,7 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     # The tokenizer travels with the run: its numbers mean nothing without it.
     reporter.save_artifact("tokenizer.json", tokenizer_json(tok).encode())
     rank, world, device = init_distributed() if _under_torchrun() else (0, 1, _device(cfg))
-    model = build_model(cfg.model, cfg.size, vocab_size=tok.get_vocab_size(), predictor=cfg.predictor,
-                        attn_input=cfg.attn_input, seq_len=cfg.train.seq_len, seed=cfg.seed)
+    model = build_model(cfg, vocab_size=tok.get_vocab_size(), seq_len=cfg.train.seq_len, seed=cfg.seed)
     params = sum(p.numel() for p in model.parameters())
 
     def val_bytes(ids: np.ndarray) -> int:
@@ -152,7 +136,8 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
 
     streams = Streams(train=np.array(data.streams.train), val=np.array(data.streams.val), val_bytes=val_bytes)
     reporter.progress(0.0, f"training {cfg.model} ({params:,} parameters)")
-    out = train_lm(model, streams, cfg.train, cfg.seed, reporter, device=device,
+    # The loop trains at a number: "auto" resolved for this model and size (the config keeps "auto").
+    out = train_lm(model, streams, cfg.train.model_copy(update={"lr": cfg.lr}), cfg.seed, reporter, device=device,
                    extra_state={"config": StoredConfig(KIND, cfg)})
     final = out["final"]
     summary = {
@@ -162,6 +147,9 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
         # The GPT is sized to the SPEN of the same settings: which one, so that its size is explained.
         "matched_to": None if cfg.model == "spen" else f"spen/{cfg.predictor}/{cfg.attn_input}",
         "size": cfg.size,
+        # The rate it trained at, and whether the config left the choice to ema_core.lm.rates ("auto").
+        "lr": cfg.lr,
+        "lr_auto": cfg.train.lr == AUTO,
         "params": params,
         "tokens": out["tokens"],
         "val_loss": final.get("loss"),
@@ -179,13 +167,6 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     rows = [{"split": "val", "loss": final["loss"], "ppl": final["ppl"], "bpb": final["bpb"]}] if final else []
     return {"summary": summary, "tables": {"lm_eval": rows}}
 
-    # Runs made before configs were nested: the data's and the training's settings were flat.
-    older_paths={**{name: f"data.{name}" for name in "corpus val_doc val_fraction max_docs max_chars tokenizer "
-                                                     "vocab_size".split()},
-                 **{name: f"train.{name}" for name in "steps batch seq_len lr min_lr_frac warmup weight_decay beta2 "
-                                                      "grad_clip eval_every eval_tokens final_eval_tokens log_every "
-                                                      "checkpoint_every".split()}},
-    older_behaviour={"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
 
 def _under_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -198,4 +179,11 @@ EXPERIMENT = Experiment(
     run=run,
     description="A language model on real text: SPEN (EMA traces only, a predictor ablation) or the same-size GPT.",
     identity=("model", "predictor", "attn_input", "data.corpus"),
+    # Runs made before configs were nested: the data's and the training's settings were flat.
+    older_paths={**{name: f"data.{name}" for name in "corpus val_doc val_fraction max_docs max_chars tokenizer "
+                                                     "vocab_size".split()},
+                 **{name: f"train.{name}" for name in "steps batch seq_len lr min_lr_frac warmup weight_decay beta2 "
+                                                      "grad_clip eval_every eval_tokens final_eval_tokens log_every "
+                                                      "checkpoint_every".split()}},
+    older_behaviour={"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
 )

@@ -10,31 +10,13 @@ import numpy as np
 import pandas as pd
 
 from ema_core import palette
+from ema_core.content_findings import ATTN_INPUT_LABELS, PREDICTOR_LABELS, lm_variant_label
 from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, reference_rule,
                               value_format)
 
-# The labels the charts and the Content page give the settings of a SPEN run.
-PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
-                    "softmax_attention": "softmax attention"}
-# What an attention predictor reads.
-ATTN_INPUT_LABELS = {"state": "current trace state", "sequence": "past trace states", "tokens": "raw tokens (control)"}
 CURVE_WIDTH = WIDTH + 180  # the curves take a page's whole width
 # Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
 SMOOTHING = {"none": 0.0, "EMA 0.6": 0.6, "EMA 0.9": 0.9}
-
-
-def lm_variant_label(model: str, predictor: str | None, attn_input: str | None) -> str:
-    """``"GPT"``, ``"SPEN linear"``, ``"SPEN softmax attention (tokens)"``; a GPT sized to another
-    SPEN than the linear one says which."""
-    def text(v, default: str) -> str:  # a missing field (None, or NaN from a frame) reads as its default
-        return default if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-
-    model, predictor, attn_input = text(model, "?"), text(predictor, "linear"), text(attn_input, "state")
-    if (model, predictor, attn_input) in palette.LM_VARIANTS:
-        return palette.LM_VARIANTS[(model, predictor, attn_input)][0]
-    if model == "gpt":
-        return f"GPT (sized to {lm_variant_label('spen', predictor, attn_input)})"
-    return f"{model.upper()} {PREDICTOR_LABELS.get(predictor, predictor)} ({attn_input})"
 
 
 def _variant_scale(labels) -> alt.Scale:

@@ -24,16 +24,22 @@ predictor is the current trace state ``q_t = W_q [h_t^(1); …; h_t^(K)]``; what
 
 ``linear`` is a static map of the current state and has no attention input: it accepts
 ``"state"`` only (any other value is an error, so two configs never name the same model).
+:class:`PredictorChoice` declares the two settings and that rule once; SPEN's config and the lm
+experiment's config both inherit it, so a choice is validated where it is typed, and only there.
 Linear attention uses the positive feature map φ(z) = elu(z) + 1 and the usual normaliser
 ``Σ φ(q)·φ(k)``; over time it is causal through cumulative sums, computed in chunks.
 """
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-ATTN_INPUTS = ("state", "sequence", "tokens")
+AttnInput = Literal["state", "sequence", "tokens"]
+ATTN_INPUTS: tuple[str, ...] = get_args(AttnInput)
 
 
 def phi(z: torch.Tensor) -> torch.Tensor:
@@ -80,11 +86,7 @@ class LinearPredictor(nn.Module):
     """x̂_t = W [h_t^(1); …; h_t^(K)]: a static linear read-out of the current trace state."""
 
     def __init__(self, d: int, K: int, n_heads: int, attn_input: str = "state"):
-        super().__init__()
-        if attn_input != "state":
-            raise ValueError(
-                f"the linear predictor reads the current trace state only: attn_input must be 'state', got {attn_input!r}"
-            )
+        super().__init__()  # attn_input is "state": PredictorChoice refuses any other with the config
         self.W = nn.Linear(K * d, d, bias=False)
 
     def forward(self, h, u_prev):
@@ -99,7 +101,7 @@ class _TraceAttention(nn.Module):
 
     def __init__(self, d: int, K: int, n_heads: int, attn_input: str = "state", chunk: int = 64):
         super().__init__()
-        # attn_input was checked with the config (check_predictor); the heads are this module's own rule
+        # attn_input was checked with the config (PredictorChoice); the heads are this module's own rule
         if d % n_heads:
             raise ValueError(f"d_model ({d}) must be divisible by n_heads ({n_heads})")
         self.attn_input, self.n_heads, self.chunk = attn_input, n_heads, chunk
@@ -160,13 +162,25 @@ PREDICTORS: dict[str, type[nn.Module]] = {
 }
 
 
-def check_predictor(predictor: str, attn_input: str) -> None:
-    """Reject an unknown predictor or attention input, or a pair that does not make sense, by name."""
-    if predictor not in PREDICTORS:
-        raise ValueError(f"predictor must be one of {tuple(PREDICTORS)}, got {predictor!r}")
-    if attn_input not in ATTN_INPUTS:
-        raise ValueError(f"attn_input must be one of {ATTN_INPUTS}, got {attn_input!r}")
-    if predictor == "linear" and attn_input != "state":
-        raise ValueError(
-            f"the linear predictor is a static map of the current trace state: attn_input must be 'state', got {attn_input!r}"
-        )
+Predictor = Literal[tuple(PREDICTORS)]  # the registry's names, typed: a name not in it is refused by the config
+
+
+class PredictorChoice(BaseModel):
+    """SPEN's predictor and what its attention reads, with the one rule that pairs them.
+
+    A base both configs inherit (:class:`ema_core.lm.spen.SPENConfig`, the lm experiment's
+    ``LMConfig``): the fields keep their names there, so the configs dump as before.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    predictor: Predictor = Field("linear", description=f"SPEN's predictor: one of {', '.join(PREDICTORS)}")
+    attn_input: AttnInput = Field("state", description="what an attention predictor reads: state (current traces), "
+                                                       "sequence (past trace states) or tokens (raw inputs: the control)")
+
+    @model_validator(mode="after")
+    def _linear_reads_the_state(self):
+        if self.predictor == "linear" and self.attn_input != "state":
+            raise ValueError("the linear predictor is a static map of the current trace state: attn_input must be "
+                             f"'state', got {self.attn_input!r}")
+        return self

@@ -1,10 +1,11 @@
 """Named sizes of the content experiment, and the GPT baseline sized to match a SPEN.
 
->>> spen = spen_config("tiny", vocab_size=4096, predictor="softmax_attention", attn_input="sequence")
+>>> choice = ModelChoice(model="spen", size="tiny", predictor="softmax_attention", attn_input="sequence")
+>>> spen = spen_config(choice, vocab_size=4096)
 >>> gpt = matched_gpt_config(spen)          # same d, depth, heads, vocab; d_ff chosen to match
 >>> abs(param_count(gpt) / param_count(spen) - 1) < 0.05
 True
->>> model = build_model("spen", "tiny", vocab_size=4096, seed=0)   # or "gpt"
+>>> model = build_model(ModelChoice(model="gpt"), vocab_size=4096, seed=0)   # sized to the tiny linear SPEN
 
 * ``tiny``  — trains on two CPU cores (d = 128, 4 blocks).
 * ``small`` — one GPU, or a patient CPU (d = 384, 6 blocks).
@@ -18,14 +19,18 @@ Parameter counts come from building the model on the meta device: exact, and fre
 """
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from ema_core.lm.gpt import GPT, GPTConfig, ModelShape, count_params
+from ema_core.lm.predictors import PredictorChoice
 from ema_core.lm.spen import SPEN, SPENConfig
 
-MODELS = ("spen", "gpt")
+Model = Literal["spen", "gpt"]
+MODELS: tuple[str, ...] = get_args(Model)
 
 
 class ModelSize(BaseModel):
@@ -51,19 +56,31 @@ SIZES: dict[str, ModelSize] = {
 }
 
 
+Size = Literal[tuple(SIZES)]  # the registry's names, typed: a name not in it is refused by the config
+
+
 def get_size(name: str) -> ModelSize:
     """The named size, or a ValueError listing the names; shared with ``bench.lm``."""
     if name not in SIZES:
-        raise ValueError(f"size must be one of {tuple(SIZES)}, got {name!r}")
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {name!r}")
     return SIZES[name]
 
 
-def spen_config(size: str, *, vocab_size: int | None = None, predictor: str = "linear",
-                attn_input: str = "state", **overrides) -> SPENConfig:
-    """A size's SPEN; ``overrides`` set any other :class:`SPENConfig` field."""
-    shape = get_size(size).shape
-    fields = dict(shape.model_dump(), vocab_size=vocab_size or shape.vocab_size, predictor=predictor,
-                  attn_input=attn_input)
+class ModelChoice(PredictorChoice):
+    """Which model is built: SPEN or the GPT matched to it, at a named size, with SPEN's predictor
+    (a GPT keeps the predictor of the SPEN it is sized to).  The lm experiment's config inherits it,
+    so :func:`build_model` takes that config as it is."""
+
+    model: Model = Field("spen", description=f"one of {', '.join(MODELS)}")
+    size: Size = Field("tiny", description=f"model size: one of {', '.join(SIZES)}")
+
+
+def spen_config(choice: ModelChoice, *, vocab_size: int | None = None, **overrides) -> SPENConfig:
+    """The SPEN of ``choice``'s size and predictor (whichever its model); ``overrides`` set any other
+    :class:`SPENConfig` field."""
+    shape = SIZES[choice.size].shape
+    fields = dict(shape.model_dump(), vocab_size=vocab_size or shape.vocab_size, predictor=choice.predictor,
+                  attn_input=choice.attn_input)
     return SPENConfig(**{**fields, **overrides})
 
 
@@ -89,19 +106,17 @@ def matched_gpt_config(spen: SPENConfig, *, seq_len: int = 1024, multiple: int =
     return GPTConfig(**base, d_ff=max(multiple, multiple * round(d_ff / multiple)))
 
 
-def gpt_config(size: str, *, vocab_size: int | None = None, predictor: str = "linear",
-               attn_input: str = "state", seq_len: int | None = None, **spen_overrides) -> GPTConfig:
-    """The baseline matched to ``spen_config(size, ...)`` with the same arguments."""
-    spen = spen_config(size, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
-    return matched_gpt_config(spen, seq_len=seq_len or get_size(size).seq_len)
+def gpt_config(choice: ModelChoice, *, vocab_size: int | None = None, seq_len: int | None = None,
+               **spen_overrides) -> GPTConfig:
+    """The baseline matched to ``spen_config(choice, ...)`` with the same arguments."""
+    spen = spen_config(choice, vocab_size=vocab_size, **spen_overrides)
+    return matched_gpt_config(spen, seq_len=seq_len or SIZES[choice.size].seq_len)
 
 
-def build_model(model: str, size: str, *, vocab_size: int | None = None, predictor: str = "linear",
-                attn_input: str = "state", seq_len: int | None = None, seed: int = 0, **spen_overrides) -> nn.Module:
-    """``"spen"`` or ``"gpt"`` at a size, initialised from ``seed``; the GPT is the one matched to that SPEN."""
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    spen = spen_config(size, vocab_size=vocab_size, predictor=predictor, attn_input=attn_input, **spen_overrides)
-    if model == "spen":
+def build_model(choice: ModelChoice, *, vocab_size: int | None = None, seq_len: int | None = None, seed: int = 0,
+                **spen_overrides) -> nn.Module:
+    """``choice.model`` at its size, initialised from ``seed``; the GPT is the one matched to that SPEN."""
+    spen = spen_config(choice, vocab_size=vocab_size, **spen_overrides)
+    if choice.model == "spen":
         return SPEN(spen, seed=seed)
-    return GPT(matched_gpt_config(spen, seq_len=seq_len or get_size(size).seq_len), seed=seed)
+    return GPT(matched_gpt_config(spen, seq_len=seq_len or SIZES[choice.size].seq_len), seed=seed)

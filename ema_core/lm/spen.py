@@ -45,7 +45,7 @@ from torch import nn
 
 from ema_core.config import PAPER_ALPHAS, check_rates
 from ema_core.lm.gpt import ModelShape, init_weights, make_norm
-from ema_core.lm.predictors import PREDICTORS, check_predictor
+from ema_core.lm.predictors import PREDICTORS, PredictorChoice
 from ema_core.scan import ema_scan
 
 
@@ -70,8 +70,9 @@ def topk_sparsify(a: torch.Tensor, k: int, grad: str = "straight_through") -> to
     return a - a.detach().masked_fill(mask, 0.0)
 
 
-class SPENConfig(ModelShape):
-    """Size and wiring of one SPEN (the shape it shares with the GPT, then its own); the seed is passed beside it."""
+class SPENConfig(ModelShape, PredictorChoice):
+    """Size and wiring of one SPEN (the shape it shares with the GPT, its predictor's choice, then its own);
+    the seed is passed beside it."""
 
     topk_frac: float = Field(0.06, gt=0.0, le=1.0, description="share of FFN units kept per token (the paper: 6 %)")
     topk_grad: Literal["straight_through", "masked"] = Field(
@@ -80,10 +81,6 @@ class SPENConfig(ModelShape):
     alphas: tuple[float, ...] = Field(
         PAPER_ALPHAS, min_length=1, max_length=8, description="EMA rates α of the traces, fixed (the paper: 0.5, 0.1, 0.02)"
     )
-    predictor: str = Field("linear", description="x̂ from the traces: linear, linear_attention or softmax_attention")
-    attn_input: str = Field(
-        "state", description="what an attention predictor reads: state (current traces), sequence (traces over time) or tokens (raw past inputs)"
-    )
 
     @field_validator("alphas")
     @classmethod
@@ -91,8 +88,7 @@ class SPENConfig(ModelShape):
         return check_rates(v)
 
     @model_validator(mode="after")
-    def _wiring(self):
-        check_predictor(self.predictor, self.attn_input)
+    def _heads(self):
         if self.predictor != "linear" and self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         return self

@@ -1,0 +1,208 @@
+"""The content study's verdicts: the predictor ablation (PAPER.md §3) judged by the shared rule.
+
+Pure arithmetic on one row per finished run (model, predictor, attn_input, seed, loss; no torch, no
+pandas, no store), so that the page, the store and a benchmark judge the same runs the same way.
+The names the study shows its variants by are here too, where the store and the page read them
+without loading Altair or torch.
+
+Every comparison is a difference Δ = loss(variant) − loss(reference) formed within each seed both
+variants hold (runs of one seed draw the same batches in the same order), then averaged over those
+seeds; its spread is the sample std of Δ across them (:func:`ema_core.verdicts.paired`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping
+
+from ema_core import palette
+from ema_core.tables import number_text
+from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, paired, spread
+from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
+
+# -- the variants' names -------------------------------------------------------------------------------
+
+# The labels the charts, the tables and the verdict give the settings of a SPEN run.
+PREDICTOR_LABELS = {"linear": "linear", "linear_attention": "linear attention",
+                    "softmax_attention": "softmax attention"}
+# What an attention predictor reads.
+ATTN_INPUT_LABELS = {"state": "current trace state", "sequence": "past trace states", "tokens": "raw tokens (control)"}
+
+
+def lm_variant_label(model: str | None, predictor: str | None, attn_input: str | None) -> str:
+    """``"GPT"``, ``"SPEN linear"``, ``"SPEN softmax attention (tokens)"``; a GPT sized to another
+    SPEN than the linear one says which.
+
+    >>> lm_variant_label("gpt", "linear_attention", "sequence")
+    'GPT (sized to SPEN linear attention (sequence))'
+    """
+    def text(v, default: str) -> str:  # a missing field (None, or NaN from a frame) reads as its default
+        return default if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    model, predictor, attn_input = text(model, "?"), text(predictor, "linear"), text(attn_input, "state")
+    if (model, predictor, attn_input) in palette.LM_VARIANTS:
+        return palette.LM_VARIANTS[(model, predictor, attn_input)][0]
+    if model == "gpt":
+        return f"GPT (sized to {lm_variant_label('spen', predictor, attn_input)})"
+    return f"{model.upper()} {PREDICTOR_LABELS.get(predictor, predictor)} ({attn_input})"
+
+
+# -- the rule ------------------------------------------------------------------------------------------
+
+VERDICT_DECIMALS = 4     # every number of the verdict, in its table and its sentence alike
+VERDICT_RULE = (
+    "**The rule.** Two variants are compared *paired by seed*: Δ = the variant's final validation loss − "
+    "its reference's, formed within each seed both hold (runs of one seed draw the same batches in the same "
+    "order), then averaged over those seeds. They differ *beyond the seeds' spread* when |mean Δ| ≥ "
+    f"{VERDICT_K:g} × the sample standard deviation of Δ across the seeds paired; that needs at least "
+    f"{VERDICT_MIN_SEEDS} seeds paired. The paper claims that SPEN's attention predictors reading the current "
+    "trace state do what the linear predictor does. **Reproduced**: every such attention predictor is within "
+    "the spread of SPEN linear, *and* the power check passes: the raw-token control (attention over the raw "
+    "past tokens, no EMA bottleneck) is better than the best state reader beyond the spread, so this budget "
+    "can show a predictor's effect when there is one. **Not reproduced**: a state-reading attention predictor "
+    "differs from SPEN linear beyond the spread. **Inconclusive at this budget**: fewer seeds paired than "
+    "that, or the control is as flat as the EMA variants (the ablation has no power), or there is no control "
+    "to tell. Readers of past trace *states* are shown beside the rule, not in it: an EMA sequence can be "
+    "undone, so a gain there would not contradict the paper."
+)
+VERDICT_WORDS = {**SHARED_WORDS, "inconclusive": "inconclusive at this budget", "untested": "not tested by these runs"}
+LINEAR = ("linear", "state")  # the reference every state reader is held against
+
+
+def verdict_number(x: float) -> str:
+    """A number of the verdict as its table and its sentence both show it."""
+    return number_text(float(x), VERDICT_DECIMALS)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One pair the rule reads: Δ = loss(variant) − loss(reference), paired by seed."""
+
+    role: str          # "claim", "power check" or "beside the rule"
+    variant: str       # labels (lm_variant_label)
+    reference: str
+    delta: Spread      # mean Δ (nats/token; negative: the variant is better), its std, the seeds paired
+
+    @property
+    def threshold(self) -> float:
+        return VERDICT_K * self.delta.std
+
+    @property
+    def beyond(self) -> bool | None:
+        """|mean Δ| ≥ the threshold (None: too few seeds paired).  Strictly apart: variants equal on
+        every seed (Δ = 0, no spread) are the same, which is what the claim asks, not "beyond"."""
+        beyond = self.delta.beyond
+        return beyond if beyond is None else beyond and self.delta.mean != 0
+
+
+@dataclass(frozen=True)
+class AblationVerdict:
+    verdict: str                         # a key of VERDICT_WORDS
+    sentence: str                        # the finding, computed from the numbers in ``comparisons``
+    comparisons: tuple[Comparison, ...]  # claims, then the power check, then those beside the rule
+
+    @property
+    def word(self) -> str:
+        return VERDICT_WORDS[self.verdict]
+
+    @property
+    def claim_seeds(self) -> int:
+        """The fewest seeds any claim comparison paired (0 when there is none)."""
+        return min((c.delta.n for c in self.comparisons if c.role == "claim"), default=0)
+
+
+Variant = tuple[str, str]  # (predictor, attn_input) of a SPEN
+
+
+def _losses(runs: Iterable[Mapping]) -> dict[Variant, dict[Hashable, float]]:
+    """Each SPEN variant's final loss by (settings, seed); two runs of one key are averaged."""
+    held: dict[Variant, dict[Hashable, list[float]]] = {}
+    for r in runs:
+        predictor, attn_input, loss = r.get("predictor"), r.get("attn_input"), r.get("loss")
+        if r.get("model") != "spen" or not isinstance(predictor, str) or not isinstance(attn_input, str):
+            continue  # the GPT is not in the ablation; an unreadable config is not judged
+        if loss is None or not math.isfinite(float(loss)):
+            continue
+        # Runs of different settings never pair, even at one seed: the key holds both.
+        key = (r.get("group_id"), int(r["seed"]))
+        held.setdefault((predictor, attn_input), {}).setdefault(key, []).append(float(loss))
+    return {v: {k: math.fsum(ls) / len(ls) for k, ls in by_key.items()} for v, by_key in held.items()}
+
+
+def ablation_verdict(runs: Iterable[Mapping]) -> AblationVerdict:
+    """The predictor ablation judged by :data:`VERDICT_RULE` from one row per finished run (the store's
+    ``lm_final_losses``: model, predictor, attn_input, seed, loss and the group_id of its settings; SPEN
+    rows are read, the GPT's ignored).
+
+    ``comparisons`` holds one :class:`Comparison` per pair judged: "claim" (an attention predictor
+    reading the state against SPEN linear), "power check" (the best raw-token control against the
+    best state reader, each the lowest mean loss of its kind) and "beside the rule" (a reader of past
+    trace states against SPEN linear).
+    """
+    losses = _losses(runs)
+    out: list[Comparison] = []
+
+    def compare(role: str, key: Variant, ref: Variant) -> Comparison:
+        c = Comparison(role, lm_variant_label("spen", *key), lm_variant_label("spen", *ref),
+                       paired(losses[key], losses[ref]))
+        out.append(c)
+        return c
+
+    def mean_loss(key: Variant) -> float:
+        return spread(losses[key].values()).mean
+
+    claim = [compare("claim", k, LINEAR) for k in sorted(losses) if k[1] == "state" and k != LINEAR
+             and LINEAR in losses]
+    state_keys = [k for k in losses if k[1] == "state"]
+    tokens_keys = [k for k in losses if k[1] == "tokens"]
+    power = None
+    if state_keys and tokens_keys:
+        power = compare("power check", min(tokens_keys, key=mean_loss), min(state_keys, key=mean_loss))
+    for k in sorted(losses):
+        if k[1] == "sequence" and LINEAR in losses:
+            compare("beside the rule", k, LINEAR)
+    return AblationVerdict(*_judged(claim, power, LINEAR in losses), tuple(out))
+
+
+def _judged(claim: list[Comparison], power: Comparison | None, has_linear: bool) -> tuple[str, str]:
+    """The verdict and its sentence from the claim comparisons and the power check."""
+    n = verdict_number
+    if not claim:
+        missing = "an attention predictor reading the current state" if has_linear else "SPEN linear"
+        return "untested", ("Not tested by these runs: the rule compares SPEN's attention predictors reading the "
+                            f"current state with SPEN linear, and {missing} is missing.")
+    differ = [c for c in claim if c.beyond]
+    if differ:
+        c = max(differ, key=lambda c: abs(c.delta.mean))
+        return "not_reproduced", (
+            f"Not reproduced: {c.variant} differs from SPEN linear by Δ = {n(c.delta.mean)} nats/token, beyond "
+            f"{VERDICT_K:g} × the std of Δ across seeds ({n(c.threshold)}; {c.delta.n} seeds paired): the "
+            "predictor is not irrelevant at this budget.")
+    thin = [c for c in claim if c.beyond is None]
+    if thin:
+        c = thin[0]
+        return "inconclusive", (
+            f"Inconclusive at this budget: {c.variant} and SPEN linear share {c.delta.n} seed(s); the rule "
+            f"needs at least {VERDICT_MIN_SEEDS} seeds paired to measure the seeds' spread.")
+    widest = max(claim, key=lambda c: abs(c.delta.mean) / c.threshold if c.threshold > 0 else 0.0)
+    within = (f"every attention predictor reading the state is within the seeds' spread of SPEN linear "
+              f"(largest: {widest.variant}, Δ = {n(widest.delta.mean)} against {n(widest.threshold)})")
+    if power is None:
+        return "inconclusive", (
+            f"Inconclusive at this budget: {within}, but there is no raw-token control among these runs, so "
+            "nothing shows that this budget could have told the predictors apart.")
+    if power.beyond is None:
+        return "inconclusive", (
+            f"Inconclusive at this budget: {within}, but the power check pairs {power.delta.n} seed(s); it needs "
+            f"at least {VERDICT_MIN_SEEDS}.")
+    # The power claim is "the control is better": Δ' = loss(state reader) − loss(control) > 0.
+    if judge(Spread(-power.delta.mean, power.delta.std, power.delta.n)) == "reproduced":
+        return "reproduced", (
+            f"Reproduced: {within}, while the raw-token control, {power.variant}, is better than the best "
+            f"state reader ({power.reference}) by {n(-power.delta.mean)} nats/token, beyond "
+            f"{n(power.threshold)}: the budget can show a predictor's effect, and the state readers show none.")
+    how = "as flat as the EMA variants" if not power.beyond else "worse than the best state reader"
+    return "inconclusive", (
+        f"Inconclusive at this budget: {within}, but the raw-token control, {power.variant}, is {how} "
+        f"(Δ = {n(power.delta.mean)} against {n(power.threshold)}): the ablation has no power at this budget, "
+        "so its flatness says nothing about the predictors.")
