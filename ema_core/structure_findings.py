@@ -1,10 +1,12 @@
-"""The structure study's verdicts: the paper's claims judged, and what the numbers show stated, by one rule.
+"""The structure study's claims and verdicts: the paper's numbers, its claims judged, and what the
+numbers show stated, by one rule.
 
 Pure arithmetic on per-seed values (no torch, no pandas, no store): the store calls it on the runs
 a page shows, ``bench/structure.py`` on the summaries it collects, and both get the same verdicts
-and sentences.  The study's names (which feature set is "SPCN", the n-gram window, the controls,
-the splits) are declared here, where both the experiment and the store read them without loading
-torch.
+and sentences; the page only draws them.  The study's names (which feature set is "SPCN", the
+n-gram window, the controls, the splits, the structure-dependent roles) and the paper's numbers
+(:data:`PAPER`) are declared here, where the experiment, the store and the page read them without
+loading torch.
 
 Every comparison is a difference formed within a run (one seed: the same sentences, the same
 SPCN), then averaged across seeds; its spread is the sample std of that difference across seeds
@@ -16,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, spread
+from ema_core.grammar import ROLES
+from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, paired, spread
 
 SPLITS_SCORED = ("test", "novel", "deep")
 # The splits settings are chosen on: dev (cut from the training sentences) and novel_dev (the
@@ -34,6 +37,9 @@ NGRAM_BASELINE = "ngram"
 # on the word type alone, on word × the previous word's category, on word × position.  Each is its
 # own random stream (control_labels' ``stream``); the word-keyed one keeps the stream it always had.
 CONTROLS: dict[str, int] = {"control": 0xC7A1, "control_prev": 0xC7A2, "control_pos": 0xC7A3}
+# The roles decided by position rather than by the word (the same determiner is agent_det or
+# patient_det): the structure-dependent roles the paper's claims are about.
+STRUCTURAL_ROLES = tuple(r.name for r in ROLES if not r.lexical)
 
 
 # -- the rule ------------------------------------------------------------------------------------------
@@ -92,6 +98,74 @@ class ClaimVerdict:
             return f"{self.claim.what}: Δ = {d.mean:+.4f} (one seed: no spread) — {self.word}."
         return (f"{self.claim.what}: Δ = {d.mean:+.4f}, std {d.std:.4f} across {d.n} seeds (threshold "
                 f"{VERDICT_K:g} × std = {VERDICT_K * d.std:.4f}) — {self.word}.")
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    measure: str  # of the store's structure_headlines (ours, per seed, then across seeds)
+    what: str
+    paper: str    # the paper's number ("—": it has none)
+    source: str   # where the paper says it ([A] abstract, [S] seed summaries, [U] unverified extraction; "ours")
+    how: str      # how ours is measured
+
+
+_N = len(STRUCTURAL_ROLES)
+# The paper's numbers beside ours, in the order the page's table lists them.
+PAPER: tuple[PaperNumber, ...] = (
+    PaperNumber("within_instantaneous", "Within grammar: probe on instantaneous activations", "0.795", "[S]",
+                "overall token accuracy, test split"),
+    PaperNumber("within_traces", "Within grammar: probe on traces", "0.960", "[S]; [U] Within A 96",
+                "overall token accuracy, test split"),
+    PaperNumber("spcn_minus_instantaneous", "Within grammar: traces − instantaneous", "0.165 (0.960 − 0.795)", "[S]",
+                "per seed: traces − instantaneous overall accuracy, test split"),
+    PaperNumber("within_ngram", "Within grammar: n-gram window (no EMA)", "—", "ours",
+                "the last 3 word identities and the position, one-hot, the same probe; test split"),
+    PaperNumber("spcn_over_bigru", "SPCN / BiGRU, overall", "≈ 0.96", "[A] [S]",
+                "per seed: SPCN (traces) ÷ BiGRU overall accuracy, test split"),
+    PaperNumber("structural_spcn", "Structure-dependent roles: SPCN", "—", "",
+                f"mean over the {_N} structure-dependent roles, test split"),
+    PaperNumber("structural_bigru", "Structure-dependent roles: BiGRU", "—", "",
+                f"mean over the {_N} structure-dependent roles, test split"),
+    PaperNumber("structural_gap", "Structure-dependent roles: SPCN − BiGRU", "positive", "[S]",
+                "per seed, over the roles both scored, test split (the paper names no split)"),
+    PaperNumber("novel_structural_spcn", "Novel vocabulary, structure-dependent roles: SPCN", "—", "",
+                f"mean over the {_N} structure-dependent roles, novel split"),
+    PaperNumber("novel_structural_bigru", "Novel vocabulary, structure-dependent roles: BiGRU", "—", "",
+                f"mean over the {_N} structure-dependent roles, novel split"),
+    PaperNumber("novel_structural_gap", "Novel vocabulary, structure-dependent roles: SPCN − BiGRU", "positive",
+                "[S]", "per seed, over the roles both scored, novel split (the paper names no split)"),
+    PaperNumber("novel_agent_det_spcn", "Novel vocabulary, agent determiners: SPCN", "1.000", "[S]",
+                "role agent_det, novel split"),
+    PaperNumber("novel_agent_det_bigru", "Novel vocabulary, agent determiners: BiGRU", "0.759", "[S]",
+                "role agent_det, novel split"),
+    PaperNumber("novel_agent_det_gap", "Novel vocabulary, agent determiners: SPCN − BiGRU", "0.241 (1.000 − 0.759)",
+                "[S]", "per seed, role agent_det, novel split"),
+    PaperNumber("novel_overall_spcn", "Transfer (novel vocabulary): SPCN overall", "0.618", "[U] Transfer B 61.8",
+                "overall, novel split (the paper's transfer condition is unknown)"),
+    PaperNumber("novel_overall_bigru", "Transfer (novel vocabulary): BiGRU overall", "—", "", "overall, novel split"),
+    PaperNumber("novel_overall_ngram", "Transfer (novel vocabulary): n-gram window overall", "—", "ours",
+                "overall, novel split (every novel word in one unknown column)"),
+    PaperNumber("deep_overall_spcn", "Deep embedding: SPCN overall", "0.84", "[U] Deep-embedded roles 84",
+                "overall, deep split (nested clauses)"),
+    PaperNumber("deep_overall_bigru", "Deep embedding: BiGRU overall", "—", "", "overall, deep split (nested clauses)"),
+    PaperNumber("deep_overall_ngram", "Deep embedding: n-gram window overall", "—", "ours",
+                "overall, deep split (positions past the training sentences' carry no weight)"),
+)
+
+
+def paper_beside_ours(measures: Mapping[str, Spread], claims: Iterable["ClaimVerdict"]) -> list[dict]:
+    """One row per :data:`PAPER` number: the paper's, ours across seeds (``ours_mean``/``ours_std``, NaN
+    where these runs lack it), the seeds, and the verdict where the number is one of CLAIMS."""
+    verdict_of = {v.claim.measure: v for v in claims}
+    rows = []
+    for p in PAPER:
+        ours = measures.get(p.measure)
+        rows.append({"measure": p.what, "paper": p.paper,
+                     "ours_mean": ours.mean if ours else math.nan, "ours_std": ours.std if ours else math.nan,
+                     "seeds": ours.n if ours else 0,
+                     "verdict": verdict_of[p.measure].word if ours and p.measure in verdict_of else "",
+                     "source": p.source, "ours measured as": p.how if ours else f"{p.how} — not in these runs"})
+    return rows
 
 
 def claim_measures(summary: Mapping) -> dict[str, float | None]:
@@ -156,16 +230,22 @@ class PairStat:
 
 
 def pair_stats(runs: Iterable[Iterable[Mapping]], pairs=FINDING_PAIRS) -> dict[tuple[str, str, str], PairStat]:
-    """Per-seed differences of overall accuracies: ``runs`` is each run's probe_accuracy rows."""
-    per_pair: dict[tuple[str, str, str], list[tuple[float, float]]] = {p: [] for p in pairs}
-    for rows in runs:
-        acc = {(r["feature_set"], r["split"]): float(r["accuracy"]) for r in rows
-               if r["role"] == "overall" and r["accuracy"] is not None and math.isfinite(float(r["accuracy"]))}
-        for a, b, split in pairs:
-            if (a, split) in acc and (b, split) in acc:
-                per_pair[(a, b, split)].append((acc[(a, split)], acc[(b, split)]))
-    return {p: PairStat(spread(v[0] for v in vals), spread(v[1] for v in vals), spread(x - y for x, y in vals))
-            for p, vals in per_pair.items() if vals}
+    """Per-seed differences of overall accuracies: ``runs`` is each run's probe_accuracy rows (one run
+    is one seed, keyed here by its place in ``runs``)."""
+    acc = [{(r["feature_set"], r["split"]): r["accuracy"] for r in rows if r["role"] == "overall"} for rows in runs]
+    out = {}
+    for a, b, split in pairs:
+        side_a = {i: run.get((a, split)) for i, run in enumerate(acc)}
+        side_b = {i: run.get((b, split)) for i, run in enumerate(acc)}
+        delta = paired(side_a, side_b)
+        if delta.n:
+            both = [i for i in side_a if _finite(side_a[i]) and _finite(side_b[i])]  # the seeds Δ was formed on
+            out[(a, b, split)] = PairStat(spread(side_a[i] for i in both), spread(side_b[i] for i in both), delta)
+    return out
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(float(v))
 
 
 @dataclass(frozen=True)

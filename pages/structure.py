@@ -8,60 +8,17 @@ import streamlit as st
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_control_frame,
                                         role_accuracy_chart, role_accuracy_frame)
-from ema_core.grammar import ROLES
+from ema_core.structure_findings import STRUCTURAL_ROLES
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, list_runs, mean_std_cells
-from store.structure import probe_accuracy_stats, probe_control, structure_headlines, structure_verdicts
+from store.structure import probe_accuracy_stats, probe_control, structure_verdicts
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
 KIND = "structure"
-SPCN = "traces"  # the SPCN the paper compares with the BiGRU: a probe on the traces alone
 SPLITS = {"test": "within grammar (test)", "novel": "novel vocabulary", "deep": "deep embedding"}
-STRUCTURAL = [r.name for r in ROLES if not r.lexical]
-# measure of store.structure.structure_headlines: (what, the paper's number, its source, how ours is measured)
-PAPER = {
-    "within_instantaneous": ("Within grammar: probe on instantaneous activations", "0.795", "[S]",
-                             "overall token accuracy, test split"),
-    "within_traces": ("Within grammar: probe on traces", "0.960", "[S]; [U] Within A 96",
-                      "overall token accuracy, test split"),
-    "spcn_minus_instantaneous": ("Within grammar: traces − instantaneous", "0.165 (0.960 − 0.795)", "[S]",
-                                   "per seed: traces − instantaneous overall accuracy, test split"),
-    "within_ngram": ("Within grammar: n-gram window (no EMA)", "—", "ours",
-                     "the last 3 word identities and the position, one-hot, the same probe; test split"),
-    "spcn_over_bigru": ("SPCN / BiGRU, overall", "≈ 0.96", "[A] [S]",
-                        "per seed: SPCN (traces) ÷ BiGRU overall accuracy, test split"),
-    "structural_spcn": ("Structure-dependent roles: SPCN", "—", "",
-                        f"mean over the {len(STRUCTURAL)} structure-dependent roles, test split"),
-    "structural_bigru": ("Structure-dependent roles: BiGRU", "—", "",
-                         f"mean over the {len(STRUCTURAL)} structure-dependent roles, test split"),
-    "structural_gap": ("Structure-dependent roles: SPCN − BiGRU", "positive", "[S]",
-                       "per seed, over the roles both scored, test split (the paper names no split)"),
-    "novel_structural_spcn": ("Novel vocabulary, structure-dependent roles: SPCN", "—", "",
-                              f"mean over the {len(STRUCTURAL)} structure-dependent roles, novel split"),
-    "novel_structural_bigru": ("Novel vocabulary, structure-dependent roles: BiGRU", "—", "",
-                               f"mean over the {len(STRUCTURAL)} structure-dependent roles, novel split"),
-    "novel_structural_gap": ("Novel vocabulary, structure-dependent roles: SPCN − BiGRU", "positive", "[S]",
-                             "per seed, over the roles both scored, novel split (the paper names no split)"),
-    "novel_agent_det_spcn": ("Novel vocabulary, agent determiners: SPCN", "1.000", "[S]",
-                             "role agent_det, novel split"),
-    "novel_agent_det_bigru": ("Novel vocabulary, agent determiners: BiGRU", "0.759", "[S]",
-                              "role agent_det, novel split"),
-    "novel_agent_det_gap": ("Novel vocabulary, agent determiners: SPCN − BiGRU", "0.241 (1.000 − 0.759)", "[S]",
-                            "per seed, role agent_det, novel split"),
-    "novel_overall_spcn": ("Transfer (novel vocabulary): SPCN overall", "0.618", "[U] Transfer B 61.8",
-                           "overall, novel split (the paper's transfer condition is unknown)"),
-    "novel_overall_bigru": ("Transfer (novel vocabulary): BiGRU overall", "—", "", "overall, novel split"),
-    "novel_overall_ngram": ("Transfer (novel vocabulary): n-gram window overall", "—", "ours",
-                            "overall, novel split (every novel word in one unknown column)"),
-    "deep_overall_spcn": ("Deep embedding: SPCN overall", "0.84", "[U] Deep-embedded roles 84",
-                          "overall, deep split (nested clauses)"),
-    "deep_overall_bigru": ("Deep embedding: BiGRU overall", "—", "", "overall, deep split (nested clauses)"),
-    "deep_overall_ngram": ("Deep embedding: n-gram window overall", "—", "ours",
-                           "overall, deep split (positions past the training sentences' carry no weight)"),
-}
 CONTROL_COLUMNS = {  # measure of store.structure.probe_control -> column of the control table
     "trained": "real task", "untrained": "untrained SPCN", "control": "control: word",
     "control_prev": "control: word × prev. category", "control_pos": "control: word × position",
@@ -147,9 +104,8 @@ st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · confi
 
 try:
     stats = probe_accuracy_stats(picked)
-    headlines = structure_headlines(picked, STRUCTURAL, spcn=SPCN)
     control = probe_control(picked)
-    verdicts = structure_verdicts(picked, STRUCTURAL)
+    verdicts = structure_verdicts(picked, STRUCTURAL_ROLES)
 except StoreError as exc:
     st.error(str(exc))
     st.stop()
@@ -191,18 +147,7 @@ st.markdown(verdicts.rule)
 
 # -- the paper beside ours -----------------------------------------------------------------------------
 st.subheader("The paper's numbers beside ours")
-found = headlines.set_index("measure")
-verdict_of = {v.claim.measure: v for v in verdicts.claims}
-rows = []
-for measure, (what, paper, source, how) in PAPER.items():
-    has = measure in found.index
-    rows.append({"measure": what, "paper": paper,
-                 "ours_mean": found.at[measure, "value_mean"] if has else float("nan"),
-                 "ours_std": found.at[measure, "value_std"] if has else float("nan"),
-                 "seeds": int(found.at[measure, "n"]) if has else 0,
-                 "verdict": verdict_of[measure].word if measure in verdict_of and has else "",
-                 "source": source, "ours measured as": how if has else f"{how} — not in these runs"})
-paper_table = mean_std_cells(pd.DataFrame(rows))
+paper_table = mean_std_cells(pd.DataFrame(verdicts.paper))
 # A static table (a dozen rows, every cell's text in full); "0.797 ± 0.002" kept on one line.
 st.table(unbroken(paper_table, "ours"), hide_index=True)
 table_downloads(paper_table, "structure_paper_vs_ours", key="structure_paper_dl",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -176,6 +177,37 @@ def test_findings_are_computed_from_per_seed_differences():
     flat = {("traces", "ngram", "test"): PairStat(Spread(0.98, 0.01, 3), Spread(0.979, 0.01, 3),
                                                   Spread(0.001, 0.01, 3))}
     assert "level with" in findings(flat)[0].sentence
+
+
+def test_pair_stats_pair_only_the_seeds_that_have_both_sides():
+    # A seed is left out of a pair where either side is missing or not finite, from Δ and from each
+    # side's own spread alike: the means are over the same seeds.
+    def run(tr, ng):
+        return [{"role": "overall", "feature_set": f, "split": "test", "accuracy": a}
+                for f, a in (("traces", tr), ("ngram", ng)) if a != "absent"]
+
+    runs = [run(0.9, 0.8), run(0.95, float("nan")), run(0.85, "absent"), run(None, 0.7), run(0.8, 0.75)]
+    p = pair_stats(runs)[("traces", "ngram", "test")]
+    assert p.delta.n == p.a.n == p.b.n == 2
+    assert p.delta == spread([0.9 - 0.8, 0.8 - 0.75]) and p.a == spread([0.9, 0.8]) and p.b == spread([0.8, 0.75])
+    assert ("traces", "ngram", "novel") not in pair_stats(runs)  # no run has the pair: no row
+
+
+def test_the_paper_table_lists_every_paper_number_with_ours_where_the_runs_have_it():
+    from ema_core.structure_findings import PAPER, STRUCTURAL_ROLES, paper_beside_ours
+
+    measures = {"within_traces": Spread(0.95, 0.01, 3), "spcn_over_bigru": Spread(0.99, math.nan, 1)}
+    rows = paper_beside_ours(measures, claim_verdicts(measures))
+    assert [r["measure"] for r in rows] == [p.what for p in PAPER] and len({p.measure for p in PAPER}) == len(PAPER)
+    by = {p.measure: r for p, r in zip(PAPER, rows)}
+    assert by["within_traces"]["ours_mean"] == 0.95 and by["within_traces"]["seeds"] == 3
+    assert by["within_traces"]["verdict"] == ""  # a number, not one of the claims
+    assert by["spcn_over_bigru"]["verdict"] == "inconclusive"  # one seed: no spread
+    lacking = by["within_instantaneous"]
+    assert math.isnan(lacking["ours_mean"]) and lacking["seeds"] == 0
+    assert lacking["ours measured as"].endswith("— not in these runs")
+    assert {c.measure for c in CLAIMS} <= {p.measure for p in PAPER}  # every claim has its row
+    assert f"the {len(STRUCTURAL_ROLES)} structure-dependent roles" in by["structural_spcn"]["ours measured as"]
 
 
 def test_claim_measures_read_a_summary():
