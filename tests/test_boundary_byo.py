@@ -1,76 +1,119 @@
-"""Bringing your own mixer, as the README says: its module, one registry line, and nothing else.
+"""Bringing your own mixer, as the README says, followed literally in a copy of the project.
 
-The README's example module is read from the README itself (so the example cannot rot), registered
-in ``MIXERS``, held to the contract every mixer meets (reference, gradients, exact causality, the
-comparison model), trained on the boundary study's tasks, ingested, and found on the Boundary map
-page and in the export, with no change to generic code.
+The README's example module and its registration lines are read from the README itself (so neither
+can rot): the module is written where the README names it, each ``diff`` block is applied to the
+file it names (its unmarked lines must stand there as shown), and nothing else is changed.  The
+copy then runs as a user would run it, in fresh processes: the mixer meets the contract every mixer
+meets (``tests/test_mixers.py``), the command the README gives trains it on the boundary study's
+tasks, and the run is stored, shown on the Boundary map page and exported.  A step the README leaves
+out (an import line, say) fails here as it would for the user.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
-import test_mixers
-from apptest import ok, open_page
-from ema_core.experiments import REGISTRY, NullReporter, build_config
-from ema_core.mixers import MIXERS
-from finished_run import write_finished_run
-from store import export_table, ingest
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 NAME = "cumulative_mean"
+# What a user's copy of the project needs to run, show and export a run (the data folder is not read).
+COPIED = ("ema_core", "store", "jobs", "pages", "tests", "app.py")
+TINY = {"distances": "1,2", "mqar_pairs": "2", "mqar_len": "16", "data.seq_len": 16, "data.n_train": 32,
+        "data.n_dev": 16, "data.n_test": 16, "train.steps": 4, "train.lrs": "0.01", "model.d": 16}
 
 
-def readme_module() -> str:
+def readme_blocks(language: str) -> list[str]:
+    """The README's fenced blocks of ``language`` in its bring-your-own-mixer section, in order."""
     text = README.read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(# ema_core/mixers/mine\.py\n.*?)```", text, flags=re.S)
-    assert len(blocks) == 1, "the README holds one example mixer module"
-    return blocks[0]
+    section = text.split("## The boundary map, and bringing your own mixer", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
-@pytest.fixture
-def registered(monkeypatch):
-    """The README's module imported as ema_core.mixers.mine and its one registry line applied."""
-    module = types.ModuleType("ema_core.mixers.mine")
-    exec(compile(readme_module(), "ema_core/mixers/mine.py", "exec"), module.__dict__)
-    monkeypatch.setitem(sys.modules, "ema_core.mixers.mine", module)
-    monkeypatch.setitem(MIXERS, NAME, module.CumulativeMean)
-    return module.CumulativeMean
+def apply_block(root: Path, block: str) -> None:
+    """One README ``diff`` block: a first line ``# path``, then lines that stand (a space first) and
+    lines to add (a ``+`` first).  The standing lines must be found together, once, in that file."""
+    head, *lines = block.rstrip("\n").split("\n")
+    assert head.startswith("# "), f"a diff block names its file first: {head!r}"
+    path = root / head[2:].strip()
+    assert lines and all(line[:1] in (" ", "+") for line in lines), f"only ' ' and '+' lines: {block!r}"
+    before = [line[1:] for line in lines if line[0] == " "]
+    after = [line[1:] for line in lines]
+    text = path.read_text(encoding="utf-8").split("\n")
+    at = [i for i in range(len(text) - len(before) + 1) if text[i:i + len(before)] == before]
+    assert len(at) == 1, f"{head[2:]}: the lines shown around the addition stand {len(at)} times, not once"
+    text[at[0]:at[0] + len(before)] = after
+    path.write_text("\n".join(text), encoding="utf-8")
 
 
-@pytest.mark.parametrize("check", [
-    test_mixers.test_the_fast_path_equals_its_reference_in_float64,
-    test_mixers.test_float32_stays_near_the_float64_reference,
-    test_mixers.test_gradients_equal_the_reference_gradients,
-    test_mixers.test_causality_is_exact,
-    test_mixers.test_state_size_is_said_and_only_attention_grows_with_length,
-    test_mixers.test_the_comparison_model_is_as_causal_as_its_mixer_and_learns,
-])
-def test_the_readme_mixer_meets_the_contract_every_mixer_meets(registered, check):
-    check(NAME)
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    """A copy of the project with the README's steps applied, and nothing else."""
+    root = tmp_path_factory.mktemp("byo") / "project"
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, root / name)
+    (module,) = [b for b in readme_blocks("python") if b.startswith("# ema_core/mixers/")]
+    (root / module.split("\n", 1)[0][2:].strip()).write_text(module, encoding="utf-8")
+    diffs = readme_blocks("diff")
+    assert diffs, "the README shows the registration lines as diff blocks"
+    for block in diffs:
+        apply_block(root, block)
+    return root
 
 
-def test_the_readme_mixer_is_trained_stored_shown_and_exported(registered, tmp_path, monkeypatch):
+def run(checkout: Path, *args: str, home: Path | None = None) -> subprocess.CompletedProcess:
+    """``python args`` in the copy, as its user would run it (the copy first on the import path)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    if home is not None:
+        env["EMALAB_HOME"] = str(home)
+    return subprocess.run([sys.executable, *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_the_readme_steps_register_the_mixer_everywhere_the_names_are_read(checkout):
+    out = run(checkout, "-c", "import json, ema_core.mixers.registry as r, ema_core.palette as p; "
+                              "from ema_core.experiments import build_config; "
+                              f"cfg = build_config('boundary', overrides={{'mixers': 'ema,{NAME}'}}); "
+                              "print(json.dumps([list(r.MIXERS), list(p.MIXER_COLORS), list(cfg.mixers), "
+                              f"r.MIXERS['{NAME}'].__module__, r.__file__]))")
+    assert out.returncode == 0, out.stderr[-3000:]
+    registry, colours, chosen, module, source = json.loads(out.stdout)
+    assert registry[-1] == colours[-1] == NAME and chosen == ["ema", NAME] and module == "ema_core.mixers.mine"
+    assert Path(source).is_relative_to(checkout)  # the copy ran, not the project it was copied from
+
+
+def test_the_readme_mixer_meets_the_contract_every_mixer_meets(checkout):
+    out = run(checkout, "-m", "pytest", "tests/test_mixers.py", "-q", "-k", NAME, "-p", "no:cacheprovider")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert int(re.search(r"(\d+) passed", out.stdout).group(1)) >= 6 and "deselected" in out.stdout
+
+
+def test_the_readmes_command_trains_it_and_the_run_is_stored_shown_and_exported(checkout, tmp_path):
     home = tmp_path / "home"
-    overrides = {"mixers": f"ema,{NAME}", "distances": "1,2", "mqar_pairs": "2", "mqar_len": "16",
-                 "data.seq_len": 16, "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16,
-                 "train.steps": 4, "train.lrs": "0.01", "model.d": 16}
-    cfg = build_config("boundary", overrides=overrides)
-    result = REGISTRY["boundary"].run(cfg, NullReporter())  # in this process: the registry line is here
-    assert NAME in result["summary"]["map"] and result["summary"]["state_floats"][NAME] == 2 * 16
-    run_id = write_finished_run(home, "boundary", cfg.model_dump(mode="json"), 0, [], result)
-    report = ingest(home, [run_id])
-    assert report["errors"] == [], report["errors"]
+    sets = [a for k, v in {"mixers": f"ema,{NAME},softmax", **TINY}.items() for a in ("--set", f"{k}={v}")]
+    out = run(checkout, "-m", "jobs.cli", "run", "boundary", *sets, "--json", home=home)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["state"] == "done" and result["ingested"], result
+    assert NAME in result["map"] and result["state_floats"][NAME] == 2 * 16  # d floats, in each of 2 layers
 
-    monkeypatch.setenv("EMALAB_HOME", str(home))
-    at = open_page("pages/boundary.py")
-    ok(at)
-    shown = " ".join(str(x.value) for x in [*at.markdown, *at.caption]) + " ".join(
-        d.value.to_string() for d in at.dataframe)
-    assert NAME in shown
-    path = export_table("boundary_accuracy", "csv", run_ids=[run_id], home=home)
-    assert NAME in Path(path).read_text(encoding="utf-8")
+    shown = run(checkout, "-c", "import json, sys; sys.path.insert(0, 'tests'); "
+                                "from apptest import ok, open_page; from store import export_table; "
+                                "at = open_page('pages/boundary.py'); ok(at); "
+                                "text = ' '.join(str(x.value) for x in [*at.markdown, *at.caption]) + "
+                                "' '.join(d.value.to_string() for d in at.dataframe); "
+                                "path = export_table('boundary_accuracy', 'csv'); "
+                                "print(json.dumps([text, open(path, encoding='utf-8').read()]))", home=home)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    page, exported = json.loads(shown.stdout.strip().splitlines()[-1])
+    assert NAME in page and NAME in exported

@@ -5,7 +5,8 @@ A mixer added to ``ema_core.mixers.registry.MIXERS`` is checked here with no cha
 import pytest
 import torch
 
-from ema_core.mixers.registry import MIXERS, build_mixer
+from ema_core.mixers import MIXER_NAMES
+from ema_core.mixers.registry import CLASSES, MIXERS, build_mixer, by_name, mixer_options
 
 NAMES = list(MIXERS)
 D = 16
@@ -88,6 +89,31 @@ def test_two_mixers_built_with_one_seed_are_the_same_and_another_seed_differs():
         a, b, c = build_mixer(name, D, seed=5), build_mixer(name, D, seed=5), build_mixer(name, D, seed=6)
         with torch.no_grad():
             assert torch.equal(a(x), b(x)) and not torch.equal(a(x), c(x)), name
+
+
+def test_the_classes_are_built_against_the_one_list_of_names():
+    assert tuple(MIXERS) == MIXER_NAMES and by_name(CLASSES, MIXER_NAMES) == MIXERS
+    assert by_name(tuple(reversed(CLASSES)), MIXER_NAMES) == MIXERS  # the names give the order
+    # a registration half done stops the import, saying what is missing where
+    with pytest.raises(ValueError, match=r"'mine' has no class"):
+        by_name(CLASSES, (*MIXER_NAMES, "mine"))
+    with pytest.raises(ValueError, match=f"'{MIXER_NAMES[-1]}' is not in MIXER_NAMES"):
+        by_name(CLASSES, MIXER_NAMES[:-1])
+    with pytest.raises(ValueError, match="share a name"):
+        by_name((*CLASSES, MIXERS["ema"]), MIXER_NAMES)
+
+
+def test_a_mixer_takes_the_model_settings_it_declares_and_only_those():
+    from ema_core.experiments.boundary import BoundaryModelConfig
+
+    body = BoundaryModelConfig(window=7)
+    for name in NAMES:
+        declared = MIXERS[name].settings
+        assert set(declared.values()) <= set(BoundaryModelConfig.model_fields), name  # settings the body has
+        assert mixer_options(name, body) == {arg: getattr(body, s) for arg, s in declared.items()}
+        build_mixer(name, D, **mixer_options(name, body))  # and its constructor takes them
+    assert mixer_options("window_k", body) == {"k": 7} and build_mixer("window_k", D, k=7).k == 7
+    assert mixer_options("ema", body) == {}
 
 
 def test_bad_names_widths_and_inputs_are_refused_plainly():
