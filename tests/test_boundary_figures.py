@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 
 from ema_core import palette
-from ema_core.boundary_findings import normalised
+from ema_core.boundary_findings import FLOOR_MIXER as FLOOR, normalised
 from ema_core.figures import chart_to_png, chart_to_svg
-from ema_core.boundary_findings import FLOOR_MIXER as FLOOR
 from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, heat_map,
                                        mixer_order, mqar_chart, run_figures)
 from ema_core.mixers import MIXER_NAMES
