@@ -5,8 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ema_core.boundary import TASKS
-from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, PAPER_HIERARCHY, VERDICT_RULE,
+from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, PAPER_HIERARCHY, TASKS, VERDICT_RULE,
                                        claim_verdicts, measured_order, undertrained_text, window_reach)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.boundary import (CROSSING, boundary_frame, crossing_chart, heat_map, mqar_chart,

@@ -82,7 +82,8 @@ class BoundaryConfig(BaseModel):
     # (_listed: no cell is trained twice).
     mixers: tuple[MixerName, ...] = Field(MIXER_NAMES, description=f"of {', '.join(MIXER_NAMES)}")
     tasks: tuple[TaskName, ...] = Field(TASKS, description=f"of {', '.join(TASKS)}")
-    distances: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), max_length=32, description="k of the agreement and lag tasks")
+    distances: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), max_length=32,
+                                       description="k of the agreement and lag tasks")
     mqar_pairs: tuple[int, ...] = Field((4, 8, 16, 32), max_length=16, description="MQAR's key-value pairs")
     mqar_len: tuple[int, ...] = Field((64, 128, 256), max_length=8,
                                       description="MQAR's sequence lengths (a size runs where 2·pairs < T)")
