@@ -216,6 +216,7 @@ def test_lm_on_the_command_line(tmp_path, model):
     for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):
         assert key in record, key
     assert record["model"] == model and record["tokens"] == 4 * 2 * 256 and record["ingested"] is True
+    assert (record["lr"], record["lr_auto"]) == (3e-3, False)  # the rate it trained at: the tiny preset's
     assert record["params"] == pytest.approx(1_378_560, rel=0.05)  # the tiny preset, SPEN and GPT alike
     assert (tmp_path / "home" / "runs" / record["run_id"] / "artifacts" / "tokenizer.json").exists()
 
