@@ -388,9 +388,10 @@ class RunDir:
 
     def read_result(self) -> dict | None:
         """result.json, or None before the run has one; ``DamagedRunError`` when it is not a JSON object,
-        or its summary or its tables (each may be left out) is not an object."""
+        or its summary (which may be left out) is not an object.  The tables' shape is the ingest's to
+        check (``store.ingest.ResultError``), table by table."""
         try:
-            return read_json_object(self.result_path, optional={"summary": dict, "tables": dict})
+            return read_json_object(self.result_path, optional={"summary": dict})
         except FileNotFoundError:
             return None
 

@@ -507,7 +507,7 @@ def test_a_run_with_a_damaged_config_is_listed_as_damaged_and_hides_no_other(wor
     (bytes(range(128, 256)) * 4, "not text"),
     (b"", "empty"),
     (b'{"summary": 5, "tables": {}}', "its 'summary' is not an object but a number"),
-    (b'{"summary": {"x": 1}, "tables": ["rows"]}', "its 'tables' is not an object but a list"),
+    (b'{"summary": ["x", 1], "tables": {}}', "its 'summary' is not an object but a list"),
 ])
 def test_a_damaged_result_is_said_and_keeps_the_stored_summary(world, copy_home, content, problem):
     from store import ingest, open_store
