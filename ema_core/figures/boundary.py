@@ -4,8 +4,8 @@ Three views of one grid (mixer × task × difficulty × seed): the map (accuracy
 cell), the crossing (structure against content as the distance grows) and MQAR recall against the
 state a mixer keeps.  Each mixer has its palette colour (:func:`ema_core.palette.mixer_color`) on
 every chart; mixers are listed in ``ema_core.mixers.MIXER_NAMES`` order (any other, say of an
-older run, after them).  Every number is a mean over seeds; error bars are the sample std where there are
-several.
+older run, after them).  Every number is a mean over seeds; error bars are the sample std where
+there are several.
 """
 from __future__ import annotations
 
