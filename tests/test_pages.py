@@ -152,7 +152,7 @@ def test_export_page_previews_and_offers_downloads(home):
     frame = at.dataframe[0].value
     assert set(frame["run_id"]) == {run_id} and len(frame) == 3  # one rate, lags 0..2
     labels = {b.label for b in at.get("download_button")}
-    assert {"CSV", "LaTeX", "Markdown", "SVG", "PNG"} <= labels
+    assert {"CSV", "LaTeX", "Markdown", "Parquet", "SVG", "PNG"} <= labels  # every format store.export offers
     at.toggle(key="export_grouped").set_value(True)
     at.run()
     assert not at.exception
