@@ -182,9 +182,8 @@ def _report_error(report: dict, rd: RunDir, msg: str) -> bool:
 
 def _read_config(rd: RunDir) -> tuple[dict | None, str | None]:
     """The run's config.json, or why it cannot be ingested (unreadable, no kind, another run's)."""
-    # torch and every experiment (4 s; nothing when the app, the CLI or the runner has them loaded
-    # already): each declares the older shapes of its config, which read_config reads a run folder's in.
-    import ema_core.experiments  # noqa: F401
+    # Each experiment declares its config's older shapes, which read_config reads a run folder's in.
+    import ema_core.experiments  # noqa: F401  torch and the experiments (4 s): not on `import store`
 
     try:
         cfg = rd.read_config()
