@@ -47,9 +47,13 @@ _LM_RUNS = f"""SELECT r.run_id, r.seed, r.config->>'model' AS model, r.config->>
                       (r.summary->>'params')::BIGINT AS params
                FROM runs r WHERE r.kind = 'lm' AND {RUN_FILTER.format(col='r.run_id')}"""
 
+# The peak rate a run trained at: the summary's record (a run at train.lr=auto resolves it and says
+# so there), else the config's number (runs made before the record).
+_LM_LR = "coalesce((r.summary->>'lr')::DOUBLE, try_cast(r.config->'train'->>'lr' AS DOUBLE))"
+
 # What an lm_eval row measured, read from its run (see lm_eval_labelled): shown beside every row
 # exported, and equal across the seeds of a config.
-LM_LABELS = ("model", "predictor", "attn_input", "size", "corpus", "params")
+LM_LABELS = ("model", "predictor", "attn_input", "size", "corpus", "params", "lr")
 
 
 def lm_eval(run_ids: RunIds = None, split: str | None = None, *, home: Path | None = None) -> pd.DataFrame:
@@ -67,12 +71,12 @@ def lm_eval_labelled(run_ids: RunIds = None, split: str | None = None, *,
                      home: Path | None = None) -> pd.DataFrame:
     """:func:`lm_eval` with what each row measured, read from the run's config and summary: run_id,
     seed, model, predictor, attn_input, size, corpus (the summary's name, else the config's), params,
-    split, loss, ppl, bpb.  A GPT's predictor and attention input are those of the SPEN it was sized to."""
+    lr (the peak rate it trained at, as :func:`lm_runs` reads it), split, loss, ppl, bpb.  A GPT's predictor and attention input are those of the SPEN it was sized to."""
     return query_frame(
         f"""SELECT t.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
                    r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
                    coalesce(r.summary->>'corpus', r.config->'data'->>'corpus') AS corpus,
-                   (r.summary->>'params')::BIGINT AS params, t.split, t.loss, t.ppl, t.bpb
+                   (r.summary->>'params')::BIGINT AS params, {_LM_LR} AS lr, t.split, t.loss, t.ppl, t.bpb
             FROM lm_eval t JOIN runs r USING (run_id)
             WHERE {RUN_FILTER.format(col='t.run_id')} AND ($split::VARCHAR IS NULL OR t.split = $split)
             ORDER BY {_LM_ORDER.format(p='')}, size, corpus, r.seed, t.run_id, t.split""",
@@ -100,7 +104,7 @@ def lm_runs(run_ids: RunIds = None, status: str | Iterable[str] | None = None, *
                    coalesce(r.summary->>'corpus', r.config->'data'->>'corpus') AS corpus, r.config->'data'->>'val_doc' AS val_doc,
                    (r.config->'train'->>'steps')::BIGINT AS steps, (r.config->'train'->>'batch')::BIGINT AS batch,
                    (r.config->'train'->>'seq_len')::BIGINT AS seq_len,
-                   coalesce((r.summary->>'lr')::DOUBLE, try_cast(r.config->'train'->>'lr' AS DOUBLE)) AS lr,
+                   {_LM_LR} AS lr,
                    coalesce((r.summary->>'vocab_size')::BIGINT, (r.config->'data'->>'vocab_size')::BIGINT) AS vocab_size,
                    (r.summary->>'params')::BIGINT AS params, (r.summary->>'tokens')::BIGINT AS tokens,
                    coalesce((r.summary->>'tokens')::DOUBLE / (r.config->'train'->>'steps')::DOUBLE,

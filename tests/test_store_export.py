@@ -107,12 +107,12 @@ def lm_runs(home):
 
 def test_lm_eval_rows_say_which_model_they_are(lm_runs):
     df = pd.read_csv(io.StringIO(render_table("lm_eval", "csv")))
-    # Each model trained at its own rate chosen on dev (the quick preset's train.lr=auto): a setting
-    # that differs between the runs, so the rows say it.
-    assert list(df.columns)[:9] == ["run_id", "seed", "train.lr", "model", "predictor", "attn_input", "size", "corpus",
-                                    "params"]
+    # Each model trained at its own rate chosen on dev (the quick preset's train.lr=auto): the config
+    # says auto for both, so no setting differs; the rate each run recorded is on every row.
+    assert list(df.columns)[:9] == ["run_id", "seed", "model", "predictor", "attn_input", "size", "corpus",
+                                    "params", "lr"]
     assert df["model"].tolist() == ["gpt", "gpt", "spen", "spen"]  # GPT first, as on the Content page
-    assert df["train.lr"].tolist() == [0.003, 0.003, 0.01, 0.01]
+    assert df["lr"].tolist() == [0.003, 0.003, 0.01, 0.01]
     assert set(df["size"]) == {"tiny"} and set(df["corpus"]) == {"austen"} and (df["params"] > 0).all()
     # Grouped, one variant only: nothing differs between the groups, and the row still says what it is.
     spen = [r for r in lm_runs if r in set(df.loc[df["model"] == "spen", "run_id"])]
@@ -121,7 +121,7 @@ def test_lm_eval_rows_say_which_model_they_are(lm_runs):
         ["spen", "linear", "state", "tiny", "austen"]]
     md = render_table("lm_eval", "markdown", grouped=True)
     header, rows = md.splitlines()[0], md.splitlines()[2:]
-    assert "| model | predictor | attn_input | size | corpus | params |" in header
+    assert "| model | predictor | attn_input | size | corpus | params | lr |" in header
     assert [r.split(" | ")[2] for r in rows] == ["gpt", "spen"]
     assert all(f"| {int(p):,} |" in md for p in df["params"])  # parameter counts with separators
 
@@ -176,7 +176,7 @@ def test_latex_has_a_caption_and_a_label(dilution_runs):
 
 
 def test_an_empty_export_says_it_is_empty(home):
-    header = "run_id,seed,model,predictor,attn_input,size,corpus,params,split,loss,ppl,bpb"
+    header = "run_id,seed,model,predictor,attn_input,size,corpus,params,lr,split,loss,ppl,bpb"
     assert render_table("lm_eval", "csv").strip() == header  # CSV: the header alone
     assert render_table("lm_eval", "markdown").rstrip().endswith(f"*{EMPTY}*")
     tex = render_table("lm_eval", "latex", grouped=True)
