@@ -1,8 +1,7 @@
 """What every experiment config shares, and how a setting is named, reached and worded when refused.
 
 Each study declares its own config beside its science (``ema_core/experiments/<study>.py``, or a
-lighter module its page also reads, such as :mod:`ema_core.dilution_config`); this module names no
-study.  One pydantic model per experiment; ``model_dump_json()`` is what a run stores and hashes.
+lighter module of its own that its page also reads); this module names no study.  One pydantic model per experiment; ``model_dump_json()`` is what a run stores and hashes.
 """
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 # The paper's three EMA rates (Figure 1: fast, medium, slow), and below the rule every rate
-# follows: here rather than with one study because three read them (the dilution measurement and
-# sweep, SPCN's traces, SPEN's traces), each as the default and the check of its own ``alphas``.
+# follows: here rather than with one study because several read them (every config with EMA
+# traces), each as the default and the check of its own ``alphas``.
 PAPER_ALPHAS = (0.5, 0.1, 0.02)
 
 
