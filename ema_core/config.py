@@ -110,7 +110,9 @@ def config_error(exc: ValidationError) -> str:
     """
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        # An item of a list setting is named by the setting (``mixers``), not pydantic's index (``mixers.1``):
+        # the value shown says which item.
+        loc = ".".join(str(x) for x in err["loc"] if not isinstance(x, int)) or "config"
         msg, shown = _plain(err)
         # A validator that already says what it got ("…, got ['ema', 'ema']") is not told twice.
         if shown is not None and not re.search(r"\bgot\b", msg):
@@ -128,7 +130,10 @@ def _plain(err: dict) -> tuple[str, str | None]:
         what = f"{'needs at least' if short else 'takes at most'} {n} value{'s' if n != 1 else ''}"
         count = ctx.get("actual_length")
         return what, None if count is None else ("none" if count == 0 else str(count))
-    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "literal_error":  # pydantic's "Input should be 'a' or 'b'": the choices, from the type
+        msg = f"must be one of {ctx.get('expected', '')}".rstrip()
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
     shown = repr(got)
     if err["type"] == "extra_forbidden" or isinstance(got, dict) or len(shown) > 60:
         return msg, None

@@ -114,8 +114,8 @@ def test_bad_settings_are_refused_naming_the_setting():
     ("ema,ema", "mixers: ema given more than once; each may appear once"),
     ("ema,softmax,ema,softmax", "mixers: ema, softmax given more than once"),
     (",", "mixers: none given; name at least one"),
-    ("", "mixers"),
-    ("ema,mamba", "'mamba'"),
+    ("", "mixers: none given; name at least one"),
+    ("ema,mamba", "mixers: must be one of 'window_k'"),
 ])
 def test_a_bad_mixers_setting_is_one_plain_line_from_the_command_line(tmp_path, value, says):
     env = {**os.environ, "EMALAB_HOME": str(tmp_path)}

@@ -197,8 +197,8 @@ def test_stored_trace_settings_are_reached_by_path_or_name():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"decoder": "mlp"}, r"^decoder: Input should be 'linear' or 'peel' \(got 'mlp'\)$"),
-    ({"precision": "int8"}, r"^stream.precision: Input should be 'float64', 'float32', 'bfloat16' or 'float16'"),
+    ({"decoder": "mlp"}, r"^decoder: must be one of 'linear' or 'peel' \(got 'mlp'\)$"),
+    ({"precision": "int8"}, r"^stream.precision: must be one of 'float64', 'float32', 'bfloat16' or 'float16'"),
     ({"noise": "-1"}, r"^stream.noise: Input should be greater than or equal to 0"),
     ({"decoder": "peel", "window": 3}, r"stream.window: the peel decoder reads the current trace state only"),
 ])

@@ -48,5 +48,5 @@ def test_bad_settings_fail_before_any_process_group(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "jobs.ddp", "lm", "--set", "model=mamba"], cwd=ROOT,
                           env={**os.environ, "EMALAB_HOME": str(tmp_path)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "model must be one of" in proc.stderr
+    assert "model: must be one of" in proc.stderr
     assert not (tmp_path / "runs").exists()

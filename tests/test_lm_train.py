@@ -127,11 +127,11 @@ def test_checkpoint_and_resume_is_bit_identical(kind):
 
 
 def test_lm_config_errors_are_named():
-    with pytest.raises(ValueError, match="^model: Input should be 'spen' or 'gpt' \\(got 'mamba'\\)$"):
+    with pytest.raises(ValueError, match="^model: must be one of 'spen' or 'gpt' \\(got 'mamba'\\)$"):
         build_config("lm", overrides={"model": "mamba"})
-    with pytest.raises(ValueError, match="^size: Input should be 'tiny', 'small' or 'paper' \\(got 'huge'\\)$"):
+    with pytest.raises(ValueError, match="^size: must be one of 'tiny', 'small' or 'paper' \\(got 'huge'\\)$"):
         build_config("lm", overrides={"size": "huge"})
-    with pytest.raises(ValueError, match="^predictor: Input should be 'linear', 'linear_attention' or "):
+    with pytest.raises(ValueError, match="^predictor: must be one of 'linear', 'linear_attention' or "):
         build_config("lm", overrides={"predictor": "nope"})
     with pytest.raises(ValueError, match="^train.lr: expects a number in \\(0, 10\\] or auto \\(got -1\\)$"):
         build_config("lm", overrides={"lr": -1})

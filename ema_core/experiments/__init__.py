@@ -93,7 +93,7 @@ def _parse_value(annotation: Any, raw: Any) -> Any:
         candidates.append(json.loads(text))
     except ValueError:
         pass
-    if is_tuple and "," in text:
+    if is_tuple and ("," in text or not text):  # "--set mixers=" lists nothing, not one empty name
         candidates.append([_scalar(p) for p in text.strip("()[] ").split(",") if p.strip()])
     candidates.append(raw)
     if is_tuple:  # a single value is a one-element grid
