@@ -117,7 +117,9 @@ def config_error(exc: ValidationError) -> str:
         # A validator that already says what it got ("…, got ['ema', 'ema']") is not told twice.
         if shown is not None and not re.search(r"\bgot\b", msg):
             msg += f" (got {shown})"
-        parts.append(f"{loc}: {msg}")
+        # A check across settings (loc: the config) that names its setting itself is not prefixed twice.
+        named = loc == "config" and re.match(r"[\w.]+: ", msg)
+        parts.append(msg if named else f"{loc}: {msg}")
     return "; ".join(parts)
 
 

@@ -172,7 +172,7 @@ def test_train_lr_auto_is_kept_by_the_config_and_resolved_by_the_run():
     assert (cfg.lr, build_config("lm", preset="quick").lr) == (AUTO_LR["tiny"]["gpt"], AUTO_LR["tiny"]["spen"])
     assert build_config("lm", preset="quick", overrides={"lr": 1e-3}).lr == 1e-3  # a number is itself
     # A model and size with no chosen rate is refused with the config, naming them, never trained at another rate.
-    with pytest.raises(ValueError, match="auto: no rate was chosen for model gpt at size small .*size tiny"):
+    with pytest.raises(ValueError, match="^train.lr: auto, but no rate was chosen for model gpt at size small .*size tiny"):
         build_config("lm", preset="quick", overrides={"model": "gpt", "size": "small"})
     with pytest.raises(ValueError, match="model spen at size paper"):
         resolve_lr("spen", "paper", "auto")

@@ -27,6 +27,6 @@ def resolve_lr(model: str, size: str, lr: float | str) -> float:
     chosen = AUTO_LR.get(size, {})
     if model not in chosen:
         where = "; ".join(f"size {s}: {', '.join(by_model)}" for s, by_model in AUTO_LR.items())
-        raise ValueError(f"train.lr=auto: no rate was chosen for model {model} at size {size} (rates are chosen for "
+        raise ValueError(f"train.lr: auto, but no rate was chosen for model {model} at size {size} (rates are chosen for "
                          f"{where}); set train.lr to a number")
     return chosen[model]
