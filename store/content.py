@@ -249,4 +249,4 @@ def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None
 
 register_run_table("lm_eval", RunTable(lm_eval_labelled, ("split",), ("loss", "ppl", "bpb"), LM_LABELS))
 export.register_table("lm_eval", "language-model loss, perplexity and bits per byte per split, per model, "
-                                 "predictor, attention input, size and corpus")
+                                 "predictor, attention input, size, corpus and the rate it trained at")
