@@ -307,3 +307,31 @@ def findings(stats: Mapping[tuple[str, str, str], PairStat]) -> list[Finding]:
             f"Control {keyed}: the trace probe's selectivity = real − control accuracy = "
             f"{t.a.mean:.3f} − {t.b.mean:.3f} ({_d(t.delta)}){beside}. This control {rules_out}."), t.delta))
     return out
+
+
+@dataclass(frozen=True)
+class StructureVerdicts:
+    claims: list[ClaimVerdict]   # each of the paper's directional claims, judged by VERDICT_RULE
+    findings: list[Finding]      # what the numbers show, one sentence each, computed from them
+    paper: list[dict]            # the paper's numbers beside ours (paper_beside_ours)
+    rule: str = VERDICT_RULE
+
+
+def structure_verdicts(headlines: Iterable[Mapping], overall: Iterable[Mapping]) -> StructureVerdicts:
+    """The paper's claims judged, and the findings stated, from the store's rows for some runs.
+
+    ``headlines``: ``store.structure.structure_headlines``' rows (measure, value_mean, value_std, n:
+    each measure per run, then across runs), which the claims read; ``overall``: the runs'
+    ``probe_accuracy`` rows of role "overall" (run_id, feature_set, split, accuracy), whose per-run
+    differences the findings read.  The same rule ``bench/structure.py`` applies to its summaries.
+    """
+    def number(v) -> float:
+        return float(v) if v is not None and math.isfinite(float(v)) else math.nan
+
+    measures = {r["measure"]: Spread(float(r["value_mean"]), number(r["value_std"]), int(r["n"])) for r in headlines}
+    by_run: dict[str, list[Mapping]] = {}
+    for r in overall:
+        by_run.setdefault(r["run_id"], []).append(r)
+    claims = claim_verdicts(measures)
+    return StructureVerdicts(claims, findings(pair_stats(by_run[k] for k in sorted(by_run))),
+                             paper_beside_ours(measures, claims))

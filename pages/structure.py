@@ -8,12 +8,12 @@ import streamlit as st
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_control_frame,
                                         role_accuracy_chart, role_accuracy_frame)
-from ema_core.structure_findings import STRUCTURAL_ROLES
+from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, list_runs, mean_std_cells
-from store.structure import probe_accuracy_stats, probe_control, structure_verdicts
+from store.structure import probe_accuracy, probe_accuracy_stats, probe_control, structure_headlines
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -105,7 +105,9 @@ st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · confi
 try:
     stats = probe_accuracy_stats(picked)
     control = probe_control(picked)
-    verdicts = structure_verdicts(picked, STRUCTURAL_ROLES)
+    headlines = structure_headlines(picked, STRUCTURAL_ROLES, SPCN_HEADLINE, NGRAM_BASELINE)
+    overall = probe_accuracy(picked, role="overall")
+    verdicts = structure_verdicts(headlines.to_dict("records"), overall.to_dict("records"))
 except StoreError as exc:
     st.error(str(exc))
     st.stop()

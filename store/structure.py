@@ -2,15 +2,11 @@
 with its headline numbers and the probes' controls."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from ema_core.structure_findings import (NGRAM_BASELINE, SPCN_HEADLINE, VERDICT_RULE, ClaimVerdict, Finding,
-                                         Spread, claim_verdicts, findings, pair_stats, paper_beside_ours)
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
@@ -153,35 +149,6 @@ def probe_control(run_ids: RunIds = None, split: str = "test", *, home: Path | N
         )
         {across_runs("SELECT * FROM per_run", "feature_set, measure")}"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split}, home)
-
-
-# -- the paper's claims and what the numbers show (the rule and the sentences: ema_core) ------------------
-
-@dataclass(frozen=True)
-class StructureVerdicts:
-    claims: list[ClaimVerdict]   # each of the paper's directional claims, judged by VERDICT_RULE
-    findings: list[Finding]      # what the numbers show, one sentence each, computed from them
-    paper: list[dict]            # the paper's numbers beside ours (structure_findings.paper_beside_ours)
-    rule: str = VERDICT_RULE
-
-
-def structure_verdicts(run_ids: RunIds = None, structural_roles: Iterable[str] = (), *,
-                       home: Path | None = None) -> StructureVerdicts:
-    """The paper's claims judged, and the findings stated, for these runs.
-
-    The claims read :func:`structure_headlines`' per-run measures (their mean and std across runs);
-    the findings read each run's overall accuracies (per-run differences, then across runs).  The
-    rule and the sentences are :mod:`ema_core.structure_findings`', the same that
-    ``bench/structure.py`` applies to its summaries.
-    """
-    found = structure_headlines(run_ids, structural_roles, SPCN_HEADLINE, NGRAM_BASELINE, home=home)
-    measures = {r.measure: Spread(float(r.value_mean),
-                                  float(r.value_std) if pd.notna(r.value_std) else math.nan, int(r.n))
-                for r in found.itertuples(index=False)}
-    overall = probe_accuracy(run_ids, role="overall", home=home)
-    runs = [g.to_dict("records") for _, g in overall.groupby("run_id", sort=True)] if len(overall) else []
-    claims = claim_verdicts(measures)
-    return StructureVerdicts(claims, findings(pair_stats(runs)), paper_beside_ours(measures, claims))
 
 
 register_run_table("probe_accuracy", RunTable(probe_accuracy, ("feature_set", "role", "split"), ("accuracy",)))
