@@ -1,7 +1,8 @@
 """What every experiment config shares, and how a setting is named, reached and worded when refused.
 
 Each study declares its own config beside its science (``ema_core/experiments/<study>.py``, or a
-lighter module of its own that its page also reads); this module names no study.  One pydantic model per experiment; ``model_dump_json()`` is what a run stores and hashes.
+lighter module of its own that its page also reads); this module names no study.  One pydantic
+model per experiment; ``model_dump_json()`` is what a run stores and hashes.
 """
 from __future__ import annotations
 

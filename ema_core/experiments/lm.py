@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Literal
 
 import numpy as np
 import torch
-from typing import Literal
-
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import seed_field
