@@ -1,16 +1,23 @@
 """Every context mixer against its float64 reference loop: outputs, final state, gradients, exact causality.
 
 A mixer added to ``ema_core.mixers.registry.MIXERS`` is checked here with no change to this file.
+Causality is checked by the probe a boundary run uses (``ema_core.mixers.causality.check_causal``).
 """
+import math
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from ema_core.mixers import MIXER_NAMES
+from ema_core.mixers.base import Mixer, check_input
+from ema_core.mixers.causality import check_causal
+from ema_core.mixers.recurrent import GatedLinearAttention
 from ema_core.mixers.registry import CLASSES, MIXERS, build_mixer, by_name, mixer_options
 
 NAMES = list(MIXERS)
 D = 16
-T = 70  # more than two of the chunked paths' 32-step chunks, and not a multiple of one
+T = 70  # more than two of the chunked paths' chunks (16 and 32 steps), and not a multiple of one
 
 
 def _x(dtype=torch.float64, B=2, T=T, seed=0):
@@ -61,17 +68,57 @@ def test_gradients_equal_the_reference_gradients(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_causality_is_exact(name):
-    # perturbing x_t changes no output before t, bit for bit (tolerance 0), at chunk edges too
+    # the run's probe: the inputs after t redrawn, every output up to t bit-identical (tolerance 0),
+    # over 70 steps, so every chunk edge of the chunked paths is crossed
     mixer = build_mixer(name, D, seed=4)
+    check_causal(mixer, T=T)
+    # and the probe is not passed by a mixer that ignores its inputs: a change at t reaches t and later
     x = _x(torch.float32)
     with torch.no_grad():
         y = mixer(x)
-        for t in (0, 1, 31, 32, 33, 63, 64, T - 1):
+        for t in (0, 15, 16, 33, T - 1):
             bumped = x.clone()
-            bumped[:, t] += torch.randn(bumped[:, t].shape, generator=torch.Generator().manual_seed(t)) * 3
-            y2 = mixer(bumped)
-            assert torch.equal(y2[:, :t], y[:, :t]), (name, t)
-            assert not torch.equal(y2[:, t:], y[:, t:]), (name, t)  # and it does reach what comes after
+            bumped[:, t] += 3.0
+            assert not torch.equal(mixer(bumped)[:, t:], y[:, t:]), (name, t)
+
+
+class ReadsAhead(Mixer):
+    """y_t = W x_{t+1}: a mixer that reads one step into the future."""
+
+    name = "reads_ahead"
+
+    def __init__(self, d: int, seed: int = 0):
+        super().__init__(d, seed)
+        self.out = self.linear(d, d)
+
+    def scan(self, x):
+        check_input(x, self.d)
+        ahead = torch.cat([x[:, 1:], x.new_zeros(x.shape[0], 1, self.d)], 1)
+        return self.out(ahead), x[:, -1]
+
+
+def test_a_mixer_that_reads_ahead_is_refused_naming_it_and_where():
+    with pytest.raises(ValueError, match=r"mixer 'reads_ahead' is not causal: its output at position 0 changes "
+                                         r"when the inputs after position 0 \(x_1…\) change"):
+        check_causal(ReadsAhead(D))
+    # a leak of one rounding error is a leak: the probe compares exactly
+    class Rounding(ReadsAhead):
+        name = "rounding"
+
+        def scan(self, x):
+            return x + 1e-7 * x[:, -1:].sum(), None
+
+    with pytest.raises(ValueError, match=r"mixer 'rounding' is not causal: its output at position 0"):
+        check_causal(Rounding(D))
+    # and a model around it: token inputs, the mixer named
+    from ema_core.mixers.model import MixerNet
+
+    net = MixerNet("ema", vocab=20, n_classes=3, d=D, layers=2, conv=3)
+    net.blocks[1].mixer = ReadsAhead(D)
+    with pytest.raises(ValueError, match=r"mixer 'ema' is not causal: its output at position 0"):
+        check_causal(net, T=8)
+    with pytest.raises(ValueError, match="T ≥ 2"):
+        check_causal(ReadsAhead(D), T=1)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -131,16 +178,14 @@ def test_bad_names_widths_and_inputs_are_refused_plainly():
 def test_the_comparison_model_is_as_causal_as_its_mixer_and_learns(name):
     from ema_core.mixers.model import MixerNet
 
-    net = MixerNet(name, vocab=20, n_classes=3, d=16, layers=2, seed=0)
+    net = MixerNet(name, vocab=20, n_classes=3, d=16, layers=2, seed=0, conv=3)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 20, (3, 50), generator=g)
     with torch.no_grad():
-        logits = net(tokens)
-        assert logits.shape == (3, 50, 3)
-        changed = tokens.clone()
-        changed[:, 40] = (changed[:, 40] + 1) % 20
-        assert torch.equal(net(changed)[:, :40], logits[:, :40])
-    assert net.state_floats(50) == 2 * build_mixer(name, 16).state_floats(50) and net.params() > 0
+        assert net(tokens).shape == (3, 50, 3)
+    check_causal(net, T=40)  # the conv before each mixer reads nothing later either
+    # its state: each layer's mixer state and its conv's last conv − 1 inputs
+    assert net.state_floats(50) == 2 * (build_mixer(name, 16).state_floats(50) + 2 * 16) and net.params() > 0
     # a few steps on a task the current token decides: the loss goes down
     target = tokens % 3
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
@@ -152,3 +197,113 @@ def test_the_comparison_model_is_as_causal_as_its_mixer_and_learns(name):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_the_short_conv_is_a_causal_depthwise_filter_over_time():
+    from ema_core.mixers.model import ShortConv
+
+    conv = ShortConv(D, 3, seed=2).double()
+    x = _x(T=9)
+    w, b = conv.weight[:, 0], conv.bias  # (D, 3): the last tap reads x_t, the first x_{t−2}
+    want = torch.stack([b + sum(w[:, 2 - j] * x[:, t - j] for j in range(3) if t - j >= 0) for t in range(9)], 1)
+    torch.testing.assert_close(conv(x), want, rtol=1e-12, atol=1e-12)
+    assert conv.state_floats() == 2 * D
+    with pytest.raises(ValueError, match="conv must be 0 \\(none\\) or a width of at least 1, got -1"):
+        from ema_core.mixers.model import MixerNet
+
+        MixerNet("ema", vocab=5, n_classes=2, d=D, conv=-1)
+
+
+def test_without_the_conv_the_model_is_the_one_without_it_bit_for_bit():
+    from ema_core.mixers.model import MixerNet
+
+    tokens = torch.randint(0, 20, (2, 30), generator=torch.Generator().manual_seed(3))
+    for name in ("ema", "gated_linear_attn"):
+        plain, conv = (MixerNet(name, vocab=20, n_classes=3, d=D, layers=2, seed=7, conv=c) for c in (0, 3))
+        extra = {k for k in conv.state_dict() if ".conv." in k}
+        assert extra and set(plain.state_dict()) == set(conv.state_dict()) - extra  # no module at conv=0
+        # the conv draws from its own stream: every other weight is the same with or without it
+        assert all(torch.equal(v, conv.state_dict()[k]) for k, v in plain.state_dict().items())
+        # and conv=0 runs the block without it: the forward written out by hand, exactly
+        with torch.no_grad():
+            x = plain.embed(tokens)
+            for block in plain.blocks:
+                x = x + block.mixer(block.norm1(x))
+                x = x + block.mlp(block.norm2(x))
+            assert torch.equal(plain(tokens), plain.head(plain.norm(x)))
+            assert not torch.equal(conv(tokens), plain(tokens))
+
+
+def test_the_body_reads_conv_from_its_settings_and_none_where_it_has_no_such_setting():
+    from ema_core.mixers.model import MixerNet
+
+    body = SimpleNamespace(d=D, layers=2, positions=True, window=4)
+    assert MixerNet.from_settings("window_k", body, 10, 2, seed=0).conv == 0
+    net = MixerNet.from_settings("window_k", SimpleNamespace(**vars(body), conv=4), 10, 2, seed=0)
+    assert net.conv == 4 and net.blocks[0].conv.width == 4 and net.blocks[0].mixer.k == 4
+
+
+@pytest.mark.parametrize("name", ["decay_linear_attn", "gated_linear_attn"])
+def test_the_linear_attentions_end_in_a_per_head_norm_and_an_output_gate(name):
+    mixer = build_mixer(name, D, seed=5).double()
+    mixer.norm_eps = 0.0  # (its ε only keeps a zero output finite)
+    x = _x(T=20)
+    y = mixer(x)
+    # the norm takes each head's output to unit RMS: the values' scale no longer reaches y
+    with torch.no_grad():
+        mixer.v.weight.mul_(10.0)
+    torch.testing.assert_close(mixer(x), y, rtol=1e-10, atol=1e-12)
+    # and the gate swish(W_r x) multiplies it: a zero gate closes the output
+    with torch.no_grad():
+        mixer.gate_out.weight.zero_()
+    assert torch.equal(mixer(x), torch.zeros_like(y))
+
+
+def test_the_gated_decay_is_a_low_rank_gate_with_a_bias():
+    mixer = build_mixer("gated_linear_attn", 32, seed=0)
+    assert tuple(mixer.gate_down.weight.shape) == (16, 32) and tuple(mixer.gate_up.weight.shape) == (32, 16)
+    assert torch.equal(mixer.gate_bias, torch.zeros(32))  # GLA's start: σ(0)^(1/16) on every channel
+    x = torch.zeros(1, 3, 32)
+    torch.testing.assert_close(mixer.log_decay(x), torch.full((1, 4, 3, 8), math.log(0.5) / 16))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 16, 100])
+@pytest.mark.parametrize("name", ["decay_linear_attn", "gated_linear_attn"])
+def test_any_chunk_size_gives_the_reference_sums(name, chunk, monkeypatch):
+    mixer = build_mixer(name, D, seed=6).double()
+    monkeypatch.setattr(type(mixer), "chunk", chunk)
+    x = _x(T=40)
+    y, S = mixer.scan(x)
+    y_ref, S_ref = mixer.reference(x)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(S, S_ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [-100.0, -2000.0])
+def test_gates_that_close_inside_a_chunk_take_the_direct_form_exactly(bias):
+    # a gate near 0 decays the state by more than e^LIMIT inside one chunk: the matmul form would
+    # overflow there, so those rows take the direct form; values, state and gradients still match
+    # the reference, stay finite in float32, and the choice of form keeps causality exact
+    assert -bias / GatedLinearAttention.temperature * GatedLinearAttention.chunk > GatedLinearAttention.LIMIT
+    mixer = build_mixer("gated_linear_attn", D, seed=7)
+    with torch.no_grad():
+        mixer.gate_bias.fill_(bias)
+    x64 = _x(T=40).requires_grad_(True)
+    m64 = build_mixer("gated_linear_attn", D, seed=7).double()
+    m64.load_state_dict(mixer.state_dict())
+    grads = []
+    for path in (m64.scan, m64.reference):
+        x64.grad = None
+        m64.zero_grad(set_to_none=True)
+        y, S = path(x64)
+        (y.sum() + S.sum()).backward()
+        grads.append([y.detach(), S.detach(), x64.grad.clone()] + [p.grad for p in m64.parameters()])
+    for got, want in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-11)
+    x32 = _x(torch.float32, T=40).requires_grad_(True)
+    y32, _ = mixer.scan(x32)
+    y32.sum().backward()
+    assert torch.isfinite(y32).all() and torch.isfinite(x32.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in mixer.parameters())
+    torch.testing.assert_close(y32.double(), grads[1][0], rtol=1e-4, atol=1e-4)
+    check_causal(mixer, T=40)

@@ -9,7 +9,8 @@
 Every mixer:
 
 * is **causal**, exactly: its output at t is a function of x_0..x_t only, bit for bit (a masked
-  term is multiplied by an exact zero; no prefix is formed by subtracting a later term);
+  term is multiplied by an exact zero; no prefix is formed by subtracting a later term), which
+  :func:`ema_core.mixers.causality.check_causal` probes, in the tests and before every boundary run;
 * has a **reference**: the recurrence written step by step, in the parameters' own maths, run in
   float64; the fast path must match it (outputs, final state, gradients);
 * says its **state size**: the floats per sequence it must keep to continue from step T (a

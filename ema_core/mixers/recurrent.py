@@ -2,15 +2,20 @@
 
     diag_decay          h_t = λ ⊙ h_{t−1} + (1 − λ) ⊙ W_in x_t, λ = σ(θ) learned per channel and
                         independent of the input (LRU / S4D-style); y_t = W_out h_t.  State: D floats.
-    decay_linear_attn   S_t = γ_h S_{t−1} + k_tᵀ v_t per head, γ_h fixed (RetNet: 1 − 2^(−5−h));
-                        o_t = q_t S_t; y = W_o o.  State: D²/H floats.
-    gated_linear_attn   S_t = diag(α_t) S_{t−1} + k_tᵀ v_t, α_t = σ(W_g x_t)^(1/16) per key channel:
-                        the decay depends on the input (GLA; Mamba-2 with a scalar gate is the
-                        special case of one α per head).  State: D²/H floats.
+    decay_linear_attn   RetNet's retention: S_t = γ_h S_{t−1} + k_tᵀ v_t per head, γ_h fixed
+                        (1 − 2^(−5−h)); o_t = q_t S_t.  State: D²/H floats.
+    gated_linear_attn   GLA: S_t = diag(α_t) S_{t−1} + k_tᵀ v_t, α_t = σ(W_2 W_1 x_t + b)^(1/16) per
+                        key channel (a rank-16 gate with a bias): the decay depends on the input
+                        (Mamba-2 with a scalar gate is the special case of one α per head).
+                        State: D²/H floats.
 
-The fast paths are chunked (C steps at a time): inside a chunk the decays between every pair of
-steps form a (C, C) lower-triangular weight whose upper part is an exact zero, across chunks the
-state is carried.  The references are the recurrences above, one step at a time.
+Both linear attentions end as their papers do: each head's o_t through an RMS norm (a gain per
+channel, shared by the heads), times an output gate swish(W_r x_t), then W_o.  Neither has a
+normaliser (a running sum of keys to divide by): the norm is what keeps the output's scale.
+
+The fast paths are chunked (C steps at a time): inside a chunk every pair of steps is weighted by
+the decay between them, the pairs above the diagonal by an exact zero; across chunks the state is
+carried.  The references are the recurrences above, one step at a time.
 """
 from __future__ import annotations
 
@@ -18,10 +23,11 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ema_core.mixers.base import Mixer, causal_mask, check_input, heads_of, merge_heads
 
-CHUNK = 32
+CHUNK = 32  # diag_decay's chunk
 
 
 def _chunks(T: int, size: int = CHUNK):
@@ -78,11 +84,19 @@ class DiagDecay(Mixer):
 
 
 class _LinearAttention(Mixer):
-    """Shared by both linear-attention mixers: projections, heads, and the chunked evaluation."""
+    """Shared by both linear-attention mixers: projections, heads, the chunked evaluation, the output
+    norm and gate."""
 
-    # A decay that is one number per head (the same on every key channel) lets a chunk's weights be
-    # (n, n) per head, a plain matmul, instead of (n, n, dh): measured 4x faster per training step.
+    # Steps per chunk: the across-chunk loop is Python, the inside one batched product over every
+    # chunk at once; 16 measured fastest for a training step at the boundary study's shapes
+    # (docs/decisions.md).  Any size gives the same sums.
+    chunk = 16
+    # A decay that is one number per head (the same on every key channel) lets a chunk's pairwise
+    # weights be (C, C) per head, computed directly; a decay per key channel takes the matmul form.
     scalar_decay = False
+    # The largest decay since a chunk's start, in log units, that the gated matmul form undoes (e^30 ≈ 1e13).
+    LIMIT = 30.0
+    norm_eps = 1e-5  # the output norm's (flash-linear-attention's)
 
     def __init__(self, d: int, seed: int = 0, heads: int = 4):
         super().__init__(d, seed)
@@ -90,9 +104,12 @@ class _LinearAttention(Mixer):
             raise ValueError(f"d ({d}) must be divisible by heads ({heads})")
         self.heads, self.dh = heads, d // heads
         self.q, self.k, self.v, self.out = (self.linear(d, d) for _ in range(4))
+        self.gate_out = self.linear(d, d)  # the output gate's W_r
+        self.norm = nn.Parameter(torch.ones(self.dh))  # the output norm's gain, shared by the heads
 
     def log_decay(self, x: torch.Tensor, W: dict | None = None) -> torch.Tensor:
-        """log of the decay applied to the state at each step: (B, H, T, dh) (per key channel)."""
+        """log of the decay applied to the state at each step, ≤ 0: (B, H, T, dh), one per key
+        channel, or (B, H, T, 1) for one per head."""
         raise NotImplementedError
 
     def _qkv(self, x, W=None):
@@ -106,51 +123,78 @@ class _LinearAttention(Mixer):
     def scan(self, x):
         check_input(x, self.d)
         B, T, D = x.shape
-        q, k, v = self._qkv(x)
-        g = self.log_decay(x)  # (B, H, T, dh), ≤ 0
+        c = self.chunk
+        n = -(-T // c)  # chunks; the last is filled up with steps that decay nothing and add nothing
+        fill = n * c - T
+        q, k, v, g = ((F.pad(t, (0, 0, 0, fill)) if fill else t).unflatten(2, (n, c))
+                      for t in (*self._qkv(x), self.log_decay(x)))  # (B, H, n, c, dh or 1)
+        cum = torch.cumsum(g, 3)  # log decay from the chunk's start to t, inclusive; falls with t
+        mask = causal_mask(c, x.device)
+        qd = q * torch.exp(cum)  # q_t decayed from the chunk's start (≤ |q|)
+        if self.scalar_decay:
+            c0 = cum[..., 0]
+            rel = torch.where(mask, c0[..., :, None] - c0[..., None, :], -math.inf)  # −inf above: exp → exact 0
+            scores = (q @ k.transpose(-1, -2)) * torch.exp(rel)
+        else:
+            scores = self._gated_scores(q, k, qd, cum, mask)
+        inside = scores @ v  # (B, H, n, c, dh)
+        # across chunks: what each chunk adds to the state, decayed to its end, and its total decay
+        added = (k * torch.exp(cum[..., -1:, :] - cum)).transpose(-1, -2) @ v  # (B, H, n, dh, dh)
+        through = torch.exp(cum[..., -1, :])[..., None]  # (B, H, n, dh or 1, 1)
         S = x.new_zeros(B, self.heads, self.dh, self.dh)
-        outs = []
-        for a, b in _chunks(T):
-            n = b - a
-            qc, kc, vc = q[:, :, a:b], k[:, :, a:b], v[:, :, a:b]
-            cum = torch.cumsum(g[:, :, a:b], 2)  # (B, H, n, dh): log decay from the chunk's start to t, inclusive
-            mask = causal_mask(n, x.device)
-            # log decay from s to t (t ≥ s): cum_t − cum_s; above the diagonal −inf, whose exp is an exact 0
-            if self.scalar_decay:
-                c0 = cum[..., 0]  # (B, H, n): every channel holds the same
-                rel = torch.where(mask, c0[:, :, :, None] - c0[:, :, None, :], -math.inf)  # (B, H, n, n)
-                scores = (qc @ kc.transpose(-1, -2)) * torch.exp(rel)
-            else:
-                rel = torch.where(mask[..., None], cum[:, :, :, None] - cum[:, :, None, :], -math.inf)  # (B, H, n, n, dh)
-                scores = torch.einsum("bhtd,bhsd,bhtsd->bhts", qc, kc, torch.exp(rel))
-            inside = scores @ vc  # (B, H, n, dh)
-            carried = (qc * torch.exp(cum)) @ S  # the state before the chunk, decayed to each t
-            outs.append(inside + carried)
-            to_end = torch.exp(cum[:, :, -1:] - cum)  # (B, H, n, dh): decay from s to the chunk's end
-            S = torch.exp(cum[:, :, -1])[..., None] * S + (kc * to_end).transpose(-1, -2) @ vc
-        o = torch.cat(outs, 2) if outs else q
-        return self.out(merge_heads(o)), S
+        before = []
+        for i in range(n):
+            before.append(S)
+            S = through[:, :, i] * S + added[:, :, i]
+        carried = qd @ torch.stack(before, 2) if n else inside  # the state before the chunk, decayed to t
+        o = (inside + carried).flatten(2, 3)[:, :, :T]
+        return self._finish(o, x), S
+
+    def _gated_scores(self, q, k, qd, cum, mask):
+        """(B, H, n, c, c): Σ_d q_td k_sd exp(cum_td − cum_sd) for s ≤ t, exact 0 above.
+
+        As one product: (q ⊙ e^cum)(k ⊙ e^−cum)ᵀ, both taken from the chunk's start, the one reference
+        point every row's past shares (a later one would make row t depend on steps after t).
+        e^−cum grows as the chunk decays, so a row whose decay since the chunk's start passes
+        ``LIMIT`` (only a gate near 0 for most of the chunk does that) takes the direct form
+        instead: which form a row takes depends on its own past only, so causality stays exact."""
+        kd = k * torch.exp(torch.clamp(-cum, max=self.LIMIT))  # exact wherever a row reads it
+        scores = torch.where(mask, qd @ kd.transpose(-1, -2), 0.0)
+        reach = (-cum).amax(-1)  # (B, H, n, c): row t's largest decay since the chunk's start
+        if bool((reach > self.LIMIT).any()):
+            rel = torch.where(mask[..., None], cum[..., :, None, :] - cum[..., None, :, :], -math.inf)
+            direct = torch.einsum("bhntd,bhnsd,bhntsd->bhnts", q, k, torch.exp(rel))
+            scores = torch.where((reach > self.LIMIT)[..., None], direct, scores)
+        return scores
+
+    def _finish(self, o, x):
+        """Each head's output (B, H, T, dh) through the RMS norm, the output gate swish(W_r x), then W_o."""
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm
+        return self.out(merge_heads(o) * F.silu(self.gate_out(x)))
 
     def reference(self, x):
         check_input(x, self.d)
         W = self.weights(x)
         q, k, v = self._qkv(x, W)
-        alpha = torch.exp(self.log_decay(x, W))  # (B, H, T, dh)
+        alpha = torch.exp(self.log_decay(x, W))  # (B, H, T, dh or 1)
+        r = x @ W["gate_out.weight"].T
         B, T = x.shape[:2]
         S = x.new_zeros(B, self.heads, self.dh, self.dh)
-        outs = []
+        ys = []
         for t in range(T):
             S = alpha[:, :, t, :, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
-            outs.append((q[:, :, t, None, :] @ S)[:, :, 0])  # (B, H, dh)
-        o = torch.stack(outs, 2) if outs else q
-        return merge_heads(o) @ W["out.weight"].T, S
+            o = (q[:, :, t, None, :] @ S)[:, :, 0]  # (B, H, dh)
+            o = o / torch.sqrt((o * o).mean(-1, keepdim=True) + self.norm_eps) * W["norm"]
+            ys.append((o.reshape(B, self.d) * torch.sigmoid(r[:, t]) * r[:, t]) @ W["out.weight"].T)
+        return (torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.d)), S
 
     def state_floats(self, T: int) -> int:
         return self.heads * self.dh * self.dh
 
 
 class DecayLinearAttention(_LinearAttention):
-    """A fixed decay per head, the same for every key channel and input (RetNet's γ_h = 1 − 2^(−5−h))."""
+    """RetNet's retention: a fixed decay per head (γ_h = 1 − 2^(−5−h)), the same for every key channel
+    and input."""
 
     name = "decay_linear_attn"
     scalar_decay = True
@@ -162,19 +206,24 @@ class DecayLinearAttention(_LinearAttention):
 
     def log_decay(self, x, W=None):
         B, T, _ = x.shape
-        return self.log_gamma.to(x.dtype)[None, :, None, None].expand(B, self.heads, T, self.dh)
+        return self.log_gamma.to(x.dtype)[None, :, None, None].expand(B, self.heads, T, 1)
 
 
 class GatedLinearAttention(_LinearAttention):
-    """The decay read from the input at every step, per key channel (GLA)."""
+    """GLA: the decay read from the input at every step, per key channel, through a rank-16 gate with a bias."""
 
     name = "gated_linear_attn"
     temperature = 16.0  # α = σ(·)^(1/16): gates start near 1, so memories start long (GLA's choice)
+    rank = 16  # GLA's low rank for the gate
 
     def __init__(self, d: int, seed: int = 0, heads: int = 4):
         super().__init__(d, seed, heads)
-        self.gate = self.linear(d, d)
+        self.gate_down, self.gate_up = self.linear(d, self.rank), self.linear(self.rank, d)
+        self.gate_bias = nn.Parameter(torch.zeros(d))  # GLA's zero start: σ(0)^(1/16) ≈ 0.96, ~23 steps
 
     def log_decay(self, x, W=None):
-        g = self.gate(x) if W is None else x @ W["gate.weight"].T
-        return heads_of(F.logsigmoid(g) / self.temperature, self.heads)
+        if W is None:
+            z = self.gate_up(self.gate_down(x)) + self.gate_bias
+        else:
+            z = x @ W["gate_down.weight"].T @ W["gate_up.weight"].T + W["gate_bias"]
+        return heads_of(F.logsigmoid(z) / self.temperature, self.heads)
