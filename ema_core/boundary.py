@@ -4,34 +4,37 @@ Four tasks, each a pure function of (config, seed, split); every label sits at a
 sequence (``-100`` where nothing is scored), so one small causal model (:class:`MixerNet`) reads
 them all::
 
-    agree_structure  k=…   the category of the word k tokens back          (sentence grammar)
-    agree_content    k=…   a random two-class map of that word's identity  (the same sequences)
-    mqar             pairs=…,T=…   key–value pairs, then queries: name the value bound to each key
+    agree_structure  k=…   the category of the word k tokens back
+    agree_content    k=…   a balanced two-class map of that word within its category (the same sequences)
+    mqar             pairs=…,T=…   zoology's multi-query associative recall: name the value bound to each key
     lag_identity     k=…   the token k steps back, in a uniform random stream
 
-**Why a grammar.**  A fixed function of one token (its category, or any fixed map of its identity)
-is, to a model with a learned embedding, one direction: in a stream of independent words the two
-agreement variants would be the same task with another partition of the vocabulary.  What tells
-structure from content is redundancy: the words follow sentence templates over four categories, so
-the category k tokens back is constrained by the categories around it (and by the sentence the
-model is in), while which word of its category stood there is drawn afresh and is said by nothing
-else.  The content map is balanced inside each category (half the words of every category are
-class 1), so a category says nothing of it.  Same sequences, same positions scored; only what must
-be remembered differs (``docs/decisions.md``).
+**Structure that needs memory.**  By default (``structure="independent"``) the category of every
+position is drawn afresh, uniform over four, and the word uniform within its category: the category
+k back is said by that position alone, so a model that does not hold it cannot name it.  The content
+label is a map of the word's identity balanced inside every category (half of each category's words
+are class 1): the category says nothing of it, and it too is said by position t − k alone.  The two
+variants differ only in what of the word must be kept, its coarse class or which word it was.
+``structure="templates"`` draws the words from sentence templates instead, where the categories
+around t − k name the one at t − k most of the time: kept as the ablation that shows how much of
+"structure kept" a grammar's redundancy explains.  :func:`exclusion_floor` measures, per cell, the
+best accuracy reachable without position t − k.
 
 ``chance`` for every task is one rule: the better of guessing uniformly (1 / classes) and always
 naming the training split's most frequent label (scored on test).
 """
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from dataclasses import dataclass
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ema_core.boundary_findings import TASKS  # declared where the store reads it without torch
 from ema_core.schedule import warmup_cosine
@@ -40,10 +43,25 @@ SPLITS = ("train", "dev", "test")
 IGNORE = -100  # a position with nothing to score (F.cross_entropy's ignore_index)
 LR_FLOOR = 0.1  # each cell's cosine ends at this fraction of its learning rate
 
-# The sentence grammar of the agreement tasks: four categories, five templates, a full stop (token 0).
+# The agreement tasks' words: four categories of ``words_per_category`` words each, after the full
+# stop (token 0, which only the templates use).  The templates' sentence grammar: five templates,
+# each sentence closed by a full stop.
 CATEGORIES = ("det", "adj", "noun", "verb")
 TEMPLATES = ((0, 2, 3, 0, 2), (0, 1, 2, 3), (2, 3, 0, 1, 2), (0, 2, 3), (1, 2, 3, 2))
 STOP = 0
+STRUCTURES = ("independent", "templates")
+# Below this many words per category the content label is a property of a handful of tokens rather
+# than of a word's identity among many; the issue's lower bound for the independent structure.
+MIN_WORDS_INDEPENDENT = 16
+
+# MQAR as zoology draws its query positions: the i-th free slot after the key-value block (i = 1, 2,
+# …) is chosen with probability ∝ a·i^(a−1) (without replacement), a = 0.01: most queries come soon
+# after their pairs, a few far (the gap between repeated bigrams in text follows a power law).
+MQAR_POWER_A = 0.01
+
+# The exclusion floor's count tables: the positions around t − k they read, by radius (both sides,
+# causal), the radius chosen on dev.
+FLOOR_RADII = (0, 1, 2, 3, 4)
 
 
 class TaskConfig(BaseModel):
@@ -52,12 +70,31 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seq_len: int = Field(64, ge=8, le=4096, description="tokens per sequence of the agreement and lag tasks")
-    words_per_category: int = Field(16, ge=2, le=1024, description="open-class words in each of the 4 categories")
+    structure: Literal[STRUCTURES] = Field(
+        "independent", description="the agreement tasks' sequences: each position's category drawn independently "
+                                   "(independent), or sentence templates (templates: the redundant ablation)")
+    words_per_category: int = Field(16, ge=2, le=1024, description="open-class words in each of the 4 categories "
+                                                                   "(at least 16 for the independent structure)")
     lag_vocab: int = Field(64, ge=2, le=4096, description="tokens in lag_identity's random stream")
-    mqar_keys: int = Field(128, ge=4, le=4096, description="MQAR's keys (and as many values): vocabulary 2·keys + 1")
-    n_train: int = Field(2048, ge=16, le=1_000_000, description="training sequences per cell")
+    mqar_vocab: int = Field(256, ge=8, le=65_536, description="MQAR's vocabulary, even: keys from its first half, "
+                                                              "values from its second")
+    n_train: int = Field(16_384, ge=16, le=1_000_000, description="training sequences per cell")
     n_dev: int = Field(256, ge=16, le=1_000_000, description="dev sequences: what each cell's learning rate is chosen on")
     n_test: int = Field(512, ge=16, le=1_000_000, description="test sequences: what the map shows")
+
+    @field_validator("mqar_vocab")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError(f"must be even (keys are its first half, values its second), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _enough_words(self) -> "TaskConfig":
+        if self.structure == "independent" and self.words_per_category < MIN_WORDS_INDEPENDENT:
+            raise ValueError(f"words_per_category: the independent structure needs at least {MIN_WORDS_INDEPENDENT} "
+                             f"words per category, got {self.words_per_category}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -114,23 +151,39 @@ def category_of(tokens: np.ndarray, W: int) -> np.ndarray:
     return np.where(tokens == STOP, -1, (tokens - 1) // W)
 
 
+def independent_stream(cfg: TaskConfig, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, T) words whose categories are drawn independently per position, uniform over the four, and
+    each word uniform within its category: no position says anything of another."""
+    T, W = cfg.seq_len, cfg.words_per_category
+    cats = rng.integers(len(CATEGORIES), size=(n, T))
+    return 1 + cats * W + rng.integers(W, size=(n, T))
+
+
 def grammar_stream(cfg: TaskConfig, n: int, rng: np.random.Generator) -> np.ndarray:
     """(n, T) sentences of the templates, words uniform in their category, each sentence ended by a stop;
     every row starts at a random point of its first sentence, so position says nothing of the phase."""
     T, W = cfg.seq_len, cfg.words_per_category
-    longest = max(len(t) for t in TEMPLATES) + 1
+    lengths = np.array([len(t) + 1 for t in TEMPLATES])  # each with its full stop
+    longest, shortest = int(lengths.max()), int(lengths.min())
     need = T + longest
-    rows = np.empty((n, T), dtype=np.int64)
-    for i in range(n):
-        cats: list[int] = []
-        while len(cats) < need:
-            cats.extend(TEMPLATES[rng.integers(len(TEMPLATES))])
-            cats.append(-1)
-        cats_arr = np.asarray(cats[:need])
-        words = np.where(cats_arr < 0, STOP, 1 + cats_arr * W + rng.integers(W, size=need))
-        start = rng.integers(longest)
-        rows[i] = words[start: start + T]
-    return rows
+    m = -(-need // shortest)  # sentences per row: enough even if every one is the shortest
+    table = np.full((len(TEMPLATES), longest), -1, dtype=np.int64)  # -1: the stop (and the padding past it)
+    for i, t in enumerate(TEMPLATES):
+        table[i, : len(t)] = t
+    which = rng.integers(len(TEMPLATES), size=(n, m))
+    ends = np.cumsum(lengths[which], axis=1)
+    # The sentence each position falls in: one searchsorted over all rows at once, each row's ends
+    # lifted by a multiple of a bound on them so that the flattened ends stay sorted.
+    bound = m * longest + 1
+    rows = np.arange(n)[:, None]
+    pos = np.arange(need)[None, :]
+    sentence = (np.searchsorted((ends + rows * bound).ravel(), (pos + rows * bound).ravel(), side="right")
+                .reshape(n, need) - rows * m)
+    within = pos - (np.take_along_axis(ends, sentence, axis=1) - np.take_along_axis(lengths[which], sentence, axis=1))
+    cats = table[np.take_along_axis(which, sentence, axis=1), within]
+    words = np.where(cats < 0, STOP, 1 + cats * W + rng.integers(W, size=(n, need)))
+    start = rng.integers(longest, size=(n, 1))
+    return np.take_along_axis(words, start + np.arange(T)[None, :], axis=1)
 
 
 def lagged_targets(labels: np.ndarray, k: int, scored: np.ndarray) -> np.ndarray:
@@ -150,7 +203,7 @@ def make_data(d: Difficulty, cfg: TaskConfig, seed: int, split: str) -> TaskData
     if d.task in ("agree_structure", "agree_content"):
         # The two variants draw the very same sequences: the stream's seed does not name the variant.
         rng = np.random.default_rng(task_seed(seed, "agree", d.label, split))
-        tokens = grammar_stream(cfg, n, rng)
+        tokens = (independent_stream if cfg.structure == "independent" else grammar_stream)(cfg, n, rng)
         W = cfg.words_per_category
         cats = category_of(tokens, W)
         if d.task == "agree_structure":
@@ -164,29 +217,82 @@ def make_data(d: Difficulty, cfg: TaskConfig, seed: int, split: str) -> TaskData
         targets = lagged_targets(tokens, d.k, np.ones_like(tokens, dtype=bool))
         vocab = n_classes = cfg.lag_vocab
     elif d.task == "mqar":
-        tokens, targets = _mqar(cfg.mqar_keys, d.pairs, d.seq_len, n, rng)
-        vocab, n_classes = 1 + 2 * cfg.mqar_keys, cfg.mqar_keys
+        tokens, targets = _mqar(cfg.mqar_vocab, d.pairs, d.seq_len, n, rng)
+        vocab, n_classes = cfg.mqar_vocab, cfg.mqar_vocab // 2
     else:
         raise ValueError(f"unknown task {d.task!r}; tasks: {', '.join(TASKS)}")
     return TaskData(torch.from_numpy(tokens), torch.from_numpy(targets), vocab, n_classes)
 
 
-def _mqar(K: int, pairs: int, T: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Zoology's multi-query associative recall: ``pairs`` distinct keys each followed by its value
-    (keys 1..K, values K+1..2K), then T − 2·pairs queries, each a key of this sequence; the target at a
-    query is its value's index.  Nothing before the queries is scored."""
-    if 2 * pairs >= T or pairs > K:
-        raise ValueError(f"MQAR needs 2·pairs < T and pairs ≤ keys, got pairs={pairs}, T={T}, keys={K}")
-    tokens = np.empty((n, T), dtype=np.int64)
+def mqar_fits(pairs: int, T: int, vocab: int | None = None) -> bool:
+    """Whether an MQAR size can be drawn: its pairs and a free slot for each query fit in T (4·pairs ≤ T,
+    zoology's bound), and, given a vocabulary, there are as many distinct keys (its first half, less
+    token 0)."""
+    return pairs >= 1 and 4 * pairs <= T and (vocab is None or pairs <= vocab // 2 - 1)
+
+
+def _mqar_refusal(pairs: int, T: int, vocab: int) -> str | None:
+    """The plain line an MQAR size that :func:`mqar_fits` rejects is refused with (None: it fits)."""
+    if pairs < 1:
+        return f"mqar: pairs must be at least 1, got {pairs}"
+    if 4 * pairs > T:
+        return f"mqar: {pairs} pairs need T ≥ {4 * pairs} (4·pairs), got T={T}"
+    if pairs > vocab // 2 - 1:
+        return (f"mqar: {pairs} pairs need data.mqar_vocab ≥ {2 * pairs + 2} ({pairs} distinct keys in its first "
+                f"half, token 0 apart), got {vocab}")
+    return None
+
+
+def _distinct(rng: np.random.Generator, n: int, population: int, size: int) -> np.ndarray:
+    """(n, size) draws without replacement from range(population) per row, in random order: Floyd's
+    algorithm across rows at once (memory n·size, not n·population: the full preset's 4,096 values)."""
+    chosen = np.empty((n, size), dtype=np.int64)
+    for i, j in enumerate(range(population - size, population)):
+        t = rng.integers(j + 1, size=n)
+        taken = (chosen[:, :i] == t[:, None]).any(axis=1)
+        chosen[:, i] = np.where(taken, j, t)
+    return np.take_along_axis(chosen, np.argsort(rng.random((n, size)), axis=1), axis=1)
+
+
+def _mqar(V: int, pairs: int, T: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Zoology's multi-query associative recall (``multiquery_ar``, arXiv 2312.04927), with the block moved.
+
+    Each row holds ``pairs`` distinct keys (tokens 1 … V/2 − 1) each followed by its value (distinct
+    too, tokens V/2 … V − 1), as one block that starts at a random offset (uniform over 0 … T − 4·pairs)
+    instead of at 0.  Each key is queried once, at an even slot after the block, the slots drawn with
+    zoology's power law (:data:`MQAR_POWER_A`) over the free slots; the target at a query is its
+    value's class (value − V/2).  Every other position holds a random token of the vocabulary that is
+    not one of the row's keys, so a key occurs exactly twice: bound, then queried."""
+    refusal = _mqar_refusal(pairs, T, V)
+    if refusal:
+        raise ValueError(refusal)
+    half = V // 2
+    keys = 1 + _distinct(rng, n, half - 1, pairs)
+    values = half + _distinct(rng, n, half, pairs)
+    rows = np.arange(n)[:, None]
+    offset = rng.integers(T - 4 * pairs + 1, size=(n, 1))
+    # Query slots: the even offsets after the block, as many as fit in the row's remaining length.
+    slots_max = (T - 2 * pairs) // 2
+    free = (T - offset - 2 * pairs) // 2
+    slot = np.arange(slots_max)[None, :]
+    weight = MQAR_POWER_A * (slot + 1.0) ** (MQAR_POWER_A - 1)
+    # Weighted draws without replacement, in the order successive draws would make them: the largest
+    # log(u)/w first (Efraimidis–Spirakis), so the j-th key gets the j-th slot drawn, as in zoology.
+    score = np.where(slot < free, np.log(rng.random((n, slots_max))) / weight, -np.inf)
+    drawn = np.argsort(-score, axis=1, kind="stable")[:, :pairs]
+    queries = offset + 2 * pairs + 2 * drawn
+    # Fillers: uniform over the V − pairs tokens that are not this row's keys; u ↦ u + #{keys ≤ it}
+    # through one sorted search over all rows (each row's thresholds lifted by a multiple of V).
+    u = rng.integers(V - pairs, size=(n, T))
+    thresholds = np.sort(keys, axis=1) - np.arange(pairs)[None, :]
+    below = np.searchsorted((thresholds + rows * V).ravel(), (u + rows * V).ravel(), side="right").reshape(n, T)
+    tokens = u + below - rows * pairs
+    block = offset + np.arange(2 * pairs)[None, :]
+    np.put_along_axis(tokens, block[:, 0::2], keys, axis=1)
+    np.put_along_axis(tokens, block[:, 1::2], values, axis=1)
+    np.put_along_axis(tokens, queries, keys, axis=1)
     targets = np.full((n, T), IGNORE, dtype=np.int64)
-    for i in range(n):
-        keys = rng.choice(K, size=pairs, replace=False)
-        values = rng.integers(K, size=pairs)
-        tokens[i, 0: 2 * pairs: 2] = 1 + keys
-        tokens[i, 1: 2 * pairs: 2] = 1 + K + values
-        which = rng.integers(pairs, size=T - 2 * pairs)
-        tokens[i, 2 * pairs:] = 1 + keys[which]
-        targets[i, 2 * pairs:] = values[which]
+    np.put_along_axis(targets, queries, values - half, axis=1)
     return tokens, targets
 
 
@@ -201,6 +307,97 @@ def chance(train: TaskData, test: TaskData) -> float:
     if not len(t):
         return math.nan
     return max(1.0 / train.n_classes, float((t == majority).double().mean()))
+
+
+def exclusion_floor(d: Difficulty, cfg: TaskConfig, seed: int) -> float:
+    """The best test accuracy reachable without position t − k: what a cell must beat before its accuracy
+    says anything of memory k back (the map colours by accuracy above max(chance, this)).
+
+    Agreement and lag tasks: measured, by :func:`count_table_accuracy` over the positions within
+    radius r of t − k on both sides (those the model at t can see: ≤ t), r of :data:`FLOOR_RADII`
+    chosen on dev.  Under the independent structure and in the lag stream it comes out at chance
+    (nothing else says what stood at t − k); under the templates, well above it.  MQAR: what a model
+    that saw everything but the queried key's value can reach, 1 / (V/2 − pairs + 1), analytic: the
+    row's other values are distinct from it, and it is uniform over the rest."""
+    if d.task == "mqar":
+        refusal = _mqar_refusal(d.pairs, d.seq_len, cfg.mqar_vocab)
+        if refusal:
+            raise ValueError(refusal)
+        return 1.0 / (cfg.mqar_vocab // 2 - d.pairs + 1)
+    return _measured_floor(d, cfg, seed)
+
+
+@functools.lru_cache(maxsize=256)  # the same for every mixer of a (difficulty, seed): one fit per process
+def _measured_floor(d: Difficulty, cfg: TaskConfig, seed: int) -> float:
+    radii = [tuple(range(-r, 0)) + tuple(range(1, r + 1)) for r in FLOOR_RADII]
+    return count_table_accuracy(d, cfg, seed, radii)
+
+
+def count_table_accuracy(d: Difficulty, cfg: TaskConfig, seed: int, contexts: Sequence[Sequence[int]]) -> float:
+    """Test accuracy of the best of a chain of count tables that read positions around t − k, never t − k.
+
+    Each context is a set of offsets from t − k (0 excluded); a position outside the sequence or after
+    t reads as a symbol of its own (the model at t knows it is near the start, and cannot see the
+    future).  What is read at a position is its category (and the full stop) for the agreement tasks,
+    which loses nothing: given the categories every word is drawn independently; the token itself
+    for lag_identity.  Each table is fitted on train (the most frequent label of each context seen);
+    a context unseen in train backs off to the previous table of the chain, the first of which should
+    be ``()`` (the training majority).  The table scored on test is the one best on dev."""
+    if d.task not in ("agree_structure", "agree_content", "lag_identity"):
+        raise ValueError(f"count tables read the agreement and lag tasks, not {d.task!r}")
+    if any(0 in c for c in contexts):
+        raise ValueError("a context may not read position t − k itself (offset 0)")
+    split_data = [make_data(d, cfg, seed, s) for s in SPLITS]
+    if d.task == "lag_identity":
+        base = cfg.lag_vocab + 1
+        read = [s.tokens.numpy() for s in split_data]
+    else:
+        base = len(CATEGORIES) + 2  # the stop, the four categories, outside
+        read = [category_of(s.tokens.numpy(), cfg.words_per_category) + 1 for s in split_data]
+    outside = base - 1
+    # Every scored position of the three splits in one array, so that a context has one code in all.
+    rows, ts, ys, part = [], [], [], []
+    for i, s in enumerate(split_data):
+        r, t = np.nonzero(s.targets.numpy() != IGNORE)
+        rows.append(r)
+        ts.append(t)
+        ys.append(s.targets.numpy()[r, t])
+        part.append(np.full(len(r), i))
+    span = [len(r) for r in rows]
+    bounds = np.cumsum([0, *span])
+    y, which = np.concatenate(ys), np.concatenate(part)
+    n_classes = split_data[0].n_classes
+    T = split_data[0].tokens.shape[1]
+    best_on_dev, best_acc = -1.0, math.nan
+    previous = None
+    for offsets in contexts:
+        code = np.zeros(len(y), dtype=np.int64)
+        for o in offsets:
+            col = []
+            for i, sym in enumerate(read):
+                p = ts[i] - d.k + o
+                ok = (p >= 0) & (p <= ts[i])
+                col.append(np.where(ok, sym[rows[i], np.clip(p, 0, T - 1)], outside))
+            code = code * base + np.concatenate(col)
+            if code.max() > 2 ** 40:  # kept dense, so that no chain of offsets overflows
+                code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        train = which == 0
+        joint, counts = np.unique(code[train] * n_classes + y[train], return_counts=True)
+        ctx, lab = joint // n_classes, joint % n_classes
+        order = np.lexsort((lab, -counts, ctx))  # per context: most frequent label first, ties to the smaller
+        first = order[np.r_[True, ctx[order][1:] != ctx[order][:-1]]]
+        table = np.full(int(code.max()) + 1, -1, dtype=np.int64)
+        table[ctx[first]] = lab[first]
+        pred = table[code]
+        if previous is not None:
+            pred = np.where(pred >= 0, pred, previous)
+        previous = pred
+        right = pred == y
+        dev = float(right[bounds[1]: bounds[2]].mean()) if span[1] else math.nan
+        if dev > best_on_dev:  # a tie keeps the smaller context
+            best_on_dev, best_acc = dev, float(right[bounds[2]:].mean()) if span[2] else math.nan
+    return best_acc
 
 
 def accuracy(model: torch.nn.Module, data: TaskData, batch: int = 256) -> float:

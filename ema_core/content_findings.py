@@ -17,7 +17,7 @@ from typing import Hashable, Iterable, Mapping
 
 from ema_core import palette
 from ema_core.tables import number_text
-from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, paired, spread
+from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, paired, spread
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 
 # -- the variants' names -------------------------------------------------------------------------------
@@ -53,16 +53,17 @@ VERDICT_DECIMALS = 4     # every number of the verdict, in its table and its sen
 VERDICT_RULE = (
     "**The rule.** Two variants are compared *paired by seed*: Δ = the variant's final validation loss − "
     "its reference's, formed within each seed both hold (runs of one seed draw the same batches in the same "
-    "order), then averaged over those seeds. They differ *beyond the seeds' spread* when |mean Δ| ≥ "
+    "order), then averaged over those seeds. They differ *beyond the seeds' spread* when |mean Δ| > "
     f"{VERDICT_K:g} × the sample standard deviation of Δ across the seeds paired; that needs at least "
     f"{VERDICT_MIN_SEEDS} seeds paired. The paper claims that SPEN's attention predictors reading the current "
     "trace state do what the linear predictor does. **Reproduced**: every such attention predictor is within "
     "the spread of SPEN linear, *and* the power check passes: the raw-token control (attention over the raw "
     "past tokens, no EMA bottleneck) is better than the best state reader beyond the spread, so this budget "
     "can show a predictor's effect when there is one. **Not reproduced**: a state-reading attention predictor "
-    "differs from SPEN linear beyond the spread. **Inconclusive at this budget**: fewer seeds paired than "
-    "that, or the control is as flat as the EMA variants (the ablation has no power), or there is no control "
-    "to tell. Readers of past trace *states* are shown beside the rule, not in it: an EMA sequence can be "
+    "differs from SPEN linear beyond the spread. **Inconclusive at this budget**: the power check pairs fewer "
+    "seeds than that, or the control is as flat as the EMA variants (the ablation has no power), or there is no "
+    f"control to tell. **Not judged**: a state reader and SPEN linear share fewer than {VERDICT_MIN_SEEDS} "
+    "seeds. Readers of past trace *states* are shown beside the rule, not in it: an EMA sequence can be "
     "undone, so a gain there would not contradict the paper."
 )
 VERDICT_WORDS = {**SHARED_WORDS, "inconclusive": "inconclusive at this budget", "untested": "not tested by these runs"}
@@ -89,10 +90,9 @@ class Comparison:
 
     @property
     def beyond(self) -> bool | None:
-        """|mean Δ| ≥ the threshold (None: too few seeds paired).  Strictly apart: variants equal on
-        every seed (Δ = 0, no spread) are the same, which is what the claim asks, not "beyond"."""
-        beyond = self.delta.beyond
-        return beyond if beyond is None else beyond and self.delta.mean != 0
+        """|mean Δ| > the threshold, strictly (None: too few seeds paired).  Variants equal on every
+        seed (Δ = 0, no spread) are the same, which is what the claim asks, not "beyond"."""
+        return self.delta.beyond
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,9 @@ class AblationVerdict:
 
     @property
     def word(self) -> str:
+        if self.verdict == "not_judged":  # "not judged: 2 seeds", the fewest a claim comparison paired
+            thin = [c.delta.n for c in self.comparisons if c.role == "claim" and c.beyond is None]
+            return not_judged(min(thin, default=self.claim_seeds))
         return VERDICT_WORDS[self.verdict]
 
     @property
@@ -180,10 +183,10 @@ def _judged(claim: list[Comparison], power: Comparison | None, has_linear: bool)
             "predictor is not irrelevant at this budget.")
     thin = [c for c in claim if c.beyond is None]
     if thin:
-        c = thin[0]
-        return "inconclusive", (
-            f"Inconclusive at this budget: {c.variant} and SPEN linear share {c.delta.n} seed(s); the rule "
-            f"needs at least {VERDICT_MIN_SEEDS} seeds paired to measure the seeds' spread.")
+        c = min(thin, key=lambda c: c.delta.n)
+        return "not_judged", (
+            f"{not_judged(c.delta.n).capitalize()} paired — {c.variant} and SPEN linear share {c.delta.n} seed(s); "
+            f"the rule judges on at least {VERDICT_MIN_SEEDS} seeds paired.")
     widest = max(claim, key=lambda c: abs(c.delta.mean) / c.threshold if c.threshold > 0 else 0.0)
     within = (f"every attention predictor reading the state is within the seeds' spread of SPEN linear "
               f"(largest: {widest.variant}, Δ = {n(widest.delta.mean)} against {n(widest.threshold)})")

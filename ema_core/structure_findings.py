@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ema_core.grammar import ROLES
-from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, paired, spread
+from ema_core.verdicts import (RULE_AS_TEST, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, not_judged,
+                               paired, spread)
 
 SPLITS_SCORED = ("test", "novel", "deep")
 # The splits settings are chosen on: dev (cut from the training sentences) and novel_dev (the
@@ -46,12 +47,12 @@ STRUCTURAL_ROLES = tuple(r.name for r in ROLES if not r.lexical)
 
 VERDICT_RULE = (
     "**The rule.** Every comparison is a difference Δ formed within each run (the same seed, the same "
-    "sentences), then averaged over the seeds. Δ is *beyond the seeds' spread* when |mean Δ| ≥ "
-    f"{VERDICT_K:g} × the sample standard deviation of Δ across the seeds; it needs at least "
+    "sentences), then averaged over the seeds. Δ is *beyond the seeds' spread* when |mean Δ| > "
+    f"{VERDICT_K:g} × the sample standard deviation of Δ across the seeds; a claim is judged on at least "
     f"{VERDICT_MIN_SEEDS} seeds. A claim that one number is above another (or above the paper's level) is "
-    "**reproduced** when Δ > 0 beyond the spread; **not reproduced** when Δ ≤ 0 beyond the spread (which "
-    "includes Δ = 0 on every seed: the claimed advantage is absent); **inconclusive** when Δ is within the "
-    "spread, or with one seed."
+    "**reproduced** when Δ > 0 beyond the spread; **not reproduced** when Δ < 0 beyond the spread; "
+    f"**inconclusive** when Δ is within the spread (Δ = 0 on every seed included); **not judged** below "
+    f"{VERDICT_MIN_SEEDS} seeds.\n\n" + RULE_AS_TEST
 )
 
 
@@ -87,7 +88,7 @@ class ClaimVerdict:
 
     @property
     def word(self) -> str:
-        return VERDICT_WORDS[self.verdict]
+        return not_judged(self.delta.n) if self.verdict == "not_judged" else VERDICT_WORDS[self.verdict]
 
     @property
     def sentence(self) -> str:
@@ -95,7 +96,7 @@ class ClaimVerdict:
         if d.n == 0:
             return f"{self.claim.what}: not measured by these runs — {self.word}."
         if d.n < VERDICT_MIN_SEEDS:
-            return f"{self.claim.what}: Δ = {d.mean:+.4f} (one seed: no spread) — {self.word}."
+            return f"{self.claim.what}: Δ = {d.mean:+.4f} — {self.word}."
         return (f"{self.claim.what}: Δ = {d.mean:+.4f}, std {d.std:.4f} across {d.n} seeds (threshold "
                 f"{VERDICT_K:g} × std = {VERDICT_K * d.std:.4f}) — {self.word}.")
 
@@ -258,13 +259,14 @@ class Finding:
 def _d(s: Spread) -> str:
     """Δ with its spread and what the rule makes of it, for a sentence."""
     if s.n < VERDICT_MIN_SEEDS:
-        return f"Δ = {s.mean:+.3f} (one seed: no spread, so no verdict)"
+        return f"Δ = {s.mean:+.3f}, {not_judged(s.n)}"
     where = "beyond" if s.beyond else "within"
     return f"Δ = {s.mean:+.3f} ± {s.std:.3f} over {s.n} seeds, {where} the seeds' spread"
 
 
 def _compared(d: Spread, more: str, less: str, same: str, unknown: str) -> str:
-    """The word for Δ's direction by VERDICT_RULE: beyond the spread and positive/negative, within, or no spread."""
+    """The word for Δ's direction by VERDICT_RULE: beyond the spread and positive/negative, within, or not
+    judged (too few seeds)."""
     beyond = d.beyond
     if beyond is None:
         return unknown

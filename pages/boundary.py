@@ -5,35 +5,44 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, PAPER_HIERARCHY, TASKS, VERDICT_RULE,
-                                       claim_verdicts, measured_order, undertrained_text, window_reach)
+from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS,
+                                       VERDICT_RULE, claim_verdicts, claims_and_checks, measured_order, reach_of,
+                                       recall_frontier, undertrained_text)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.boundary import (CROSSING, boundary_frame, crossing_chart, heat_map, mqar_chart,
-                                       task_label, task_order)
+from ema_core.figures.boundary import (CROSSING, boundary_frame, crossing_chart, dev_curve_chart, heat_map,
+                                       mixer_order, mqar_chart, recall_state_chart, recall_state_frame, task_label,
+                                       task_order)
 from ema_core.mixers import MIXER_NAMES
+from ema_core.verdicts import VERDICT_MIN_SEEDS
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, list_runs, mean_std_cells
-from store.boundary import boundary_accuracy
+from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
 KIND = "boundary"
-VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning}
-PRESET_NOTES = {"quick": "every mixer and task at one seed, about half an hour on two CPU cores",
-                "full": "the whole grid at three seeds, for a GPU"}
+VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
+               "not_judged": st.info}
+PRESET_NOTES = {"quick": "every mixer and task, about half an hour on two CPU cores", "full": "the whole grid, for a GPU"}
 CHANCE_TEXT = f"""
 **Chance** is what a model that ignores its input scores on a cell: the better of a uniform guess and
 always naming the training split's most frequent label, measured on the cell's own test data. It is
-not one number per task: the agreement tasks' classes are uneven, and MQAR's values are many. The map
-therefore colours each cell by accuracy *above* chance, (accuracy − chance) / (1 − chance): 0 is
-chance, 1 is perfect, below 0 worse than chance; the cell's text is the accuracy itself.
+not one number per task: the agreement tasks' classes are uneven, and MQAR's values are many.
 
-**The window** (`{FLOOR_MIXER}`) is the floor: a mixer that sees only the last few inputs of each layer, with
-no memory past them. Whatever it solves needs no long memory; a mixer is interesting where it beats
-the window at a distance the window cannot reach. It is drawn thick on the crossing chart so that no
-curve hides it.
+**The exclusion floor** of a cell is the best accuracy reachable *without* position t − k: a predictor
+fitted on the training split that sees every other position (MQAR: without the value bound to the
+key, which is chance). Whatever the rest of the sequence gives away about the label is in it. The
+map therefore colours each cell by accuracy above b = max(chance, exclusion floor), (accuracy − b) /
+(1 − b): 0 is what a model that never saw t − k gets, 1 is perfect, below 0 worse; the cell's text
+is the accuracy itself, with the floor (f) under it. A run stored before the floor was measured has
+none: its cells are set against chance.
+
+**The window** (`{FLOOR_MIXER}`) is the mixer with no memory: it sees only the last few inputs of each
+layer (and the short conv before it), nothing past them. Whatever it solves needs no long memory.
+"At a distance" is every k beyond its reach, layers · ((window − 1) + (conv − 1)) tokens, computed from
+the run's own body. It is drawn thick on the crossing chart so that no curve hides it.
 """
 
 
@@ -50,11 +59,15 @@ def _order_text(order) -> str:
 
 
 def _reach(cfgs) -> int:
-    """How far back the window mixer sees in these runs; the farthest where configs differ, so that a
-    distance called "beyond its reach" is beyond it in every run."""
-    reaches = [window_reach(int(c["model"]["window"]), int(c["model"]["layers"])) for c in cfgs
-               if isinstance(c, dict) and isinstance(c.get("model"), dict) and {"window", "layers"} <= set(c["model"])]
+    """How far back the window mixer sees in these runs (its window, layers and conv); the farthest where
+    configs differ, so that a distance called "beyond its reach" is beyond it in every run."""
+    reaches = [r for c in cfgs if isinstance(c, dict) and (r := reach_of(c.get("model"))) is not None]
     return max(reaches, default=DEFAULT_WINDOW_REACH)
+
+
+def _verdict_table(verdicts) -> pd.DataFrame:
+    return pd.DataFrame({"claim": [v.claim.what for v in verdicts], "the paper": [v.claim.paper for v in verdicts],
+                         "source": [v.claim.source for v in verdicts], "verdict": [v.word for v in verdicts]})
 
 
 def map_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +76,8 @@ def map_table(frame: pd.DataFrame) -> pd.DataFrame:
         "mixer": frame["mixer"], "task": frame["task"], "difficulty": frame["difficulty"], "seeds": frame["n"],
         "accuracy_mean": frame["mean"], "accuracy_std": frame["std"],
         "chance_mean": frame["chance"], "chance_std": frame["chance_std"],
-        "above_chance_mean": frame["above"], "above_chance_std": frame["above_std"],
+        "exclusion_floor_mean": frame["floor"], "exclusion_floor_std": frame["floor_std"],
+        "above_floor_mean": frame["above"], "above_floor_std": frame["above_std"],
         "state_floats": frame["state_floats"],  # nullable (Int64): a row the store holds without it
     })
     return mean_std_cells(table, digits=3)
@@ -73,9 +87,11 @@ def launch_section() -> None:
     st.subheader("Launch")
     exp = REGISTRY[KIND]
     presets = sorted(exp.presets, key=lambda p: (p != "quick", p != "full", p))
+    seeds_of = {p: build_config(KIND, preset=p).seeds for p in PRESET_NOTES if p in presets}
     st.markdown("One run holds every cell of the grid (mixer × task × difficulty × its seeds) and runs as a "
                 "background job; the page shows it once it is done. "
-                + "; ".join(f"`{p}`: {note}" for p, note in PRESET_NOTES.items() if p in presets) + ".")
+                + "; ".join(f"`{p}`: {note}, {seeds_of[p]} seed(s)" for p, note in PRESET_NOTES.items() if p in presets)
+                + f". The claims are judged on {VERDICT_MIN_SEEDS} seeds or more.")
     with st.form("boundary_launch"):
         left, right = st.columns(2)
         preset = left.selectbox("Preset", presets, key="boundary_preset")
@@ -105,11 +121,11 @@ Where does each way of mixing context keep **structure** and lose **content**? E
 a fixed window, EMA traces, their sequence, learned and data-dependent decays, linear and softmax
 attention — sits in the same small model (two layers, the same width) and is trained on the same tasks at
 controlled distances: **agreement** asks for the grammatical category of the word *k* tokens back
-(structure) or for a random two-class map of *which* word it was (content), on the same sentences;
+(structure) or for a balanced two-class map of *which* word it was (content), on the same sequences;
 **MQAR** asks to recall the value bound to each of several keys; **lag identity** names the token *k*
 steps back in a random stream. Each cell keeps the learning rate that scores best on its dev split and
-is scored on held-out test data. The paper's claim: fixed-decay traces keep the category and lose the
-identity as *k* grows, where attention keeps both.
+is scored on held-out test data, against its exclusion floor. The paper's claim: fixed-decay traces
+keep the category and lose the identity as *k* grows, where attention keeps both.
 """
 )
 
@@ -120,11 +136,16 @@ done = finished_runs(runs, "boundary", "one run per preset and seed", launch_sec
 picked, picked_configs, configs, _ = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)",
                                                       "boundary_runs", launch_section)
 
-try:
-    rows = boundary_accuracy(picked)
-except StoreError as exc:
-    st.error(str(exc))
-    st.stop()
+def _query(read):
+    """One of the study's queries for the runs picked (the store was brought up to date above)."""
+    try:
+        return read(picked)
+    except StoreError as exc:
+        st.error(str(exc))
+        st.stop()
+
+
+rows = _query(boundary_accuracy)
 if rows.empty:
     st.info("These runs hold no cells of the map.")
     launch_section()
@@ -139,11 +160,16 @@ st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · confi
 st.subheader("The map")
 chart_with_downloads(heat_map(frame), "boundary_map", key="boundary_map_chart")
 table = map_table(frame)
+if frame["floor"].isna().any():
+    st.caption("Some cells hold no exclusion floor (runs stored before it was measured): they are coloured by "
+               "accuracy above chance alone.")
 with st.expander("The map as a table"):
-    st.dataframe(unbroken(table, "accuracy", "chance", "above_chance"), hide_index=True, key="boundary_map_table")
+    st.dataframe(unbroken(table, "accuracy", "chance", "exclusion_floor", "above_floor"), hide_index=True,
+                 key="boundary_map_table")
 table_downloads(table, "boundary_map", key="boundary_map_dl",
                 caption=f"The boundary map: test accuracy per mixer, task and difficulty, mean ± std across seeds "
-                        f"(seeds {', '.join(map(str, seeds))}); above chance = (accuracy − chance) / (1 − chance).",
+                        f"(seeds {', '.join(map(str, seeds))}); above floor = (accuracy − b) / (1 − b), "
+                        "b = max(chance, exclusion floor).",
                 label="tab:boundary-map")
 
 # -- structure against content -------------------------------------------------------------------------
@@ -159,14 +185,47 @@ with text_col:
     st.markdown(CHANCE_TEXT)
 
 # -- recall --------------------------------------------------------------------------------------------
-# The whole width: one facet per MQAR size, four to a row, does not shrink to a column.
+# The whole width: one facet per MQAR size does not shrink to a column.
 st.subheader("MQAR recall against state size")
-if "mqar" in present:
+recall = _query(boundary_recall_state)
+if len(recall_state_frame(recall)):
+    chart_with_downloads(recall_state_chart(recall_state_frame(recall)), "boundary_recall_state",
+                         key="boundary_recall_chart")
+    frontier = recall_frontier(recall)
+    lines = []
+    for size in sorted(set(recall["difficulty"])):
+        for m in mixer_order(recall.loc[recall["difficulty"] == size, "mixer"]):
+            got = frontier.get((m, size))
+            lines.append(f"- {size}, `{m}`: " + (f"{got:,.0f} floats" if got is not None
+                                                  else "not reached at the widths measured"))
+    st.markdown(f"**The smallest state reaching {RECALL_LEVEL:g}** (mean test accuracy over seeds):\n"
+                + "\n".join(lines))
+elif "mqar" in present:
+    st.info("These runs hold no recall-against-state rows (runs stored before MQAR was trained at several "
+            "widths): the map's MQAR cells, at the body's width only, instead.")
     chart_with_downloads(mqar_chart(frame), "boundary_mqar", key="boundary_mqar_chart")
-    if under := undertrained_text(rows):
-        st.warning(under, icon=":material/hourglass_empty:")
 else:
     st.info("These runs hold no MQAR cells.")
+if "mqar" in present and (under := undertrained_text(rows)):
+    st.warning(under, icon=":material/hourglass_empty:")
+
+# -- the learning rates ---------------------------------------------------------------------------------
+with st.expander("Dev accuracy per learning rate"):
+    curves = _query(boundary_dev_curve)
+    if curves.empty:
+        st.info("These runs hold no dev curves (runs stored before every rate's dev accuracy was): only the "
+                "chosen rate and its dev accuracy, in the map's table.")
+    else:
+        # Every cell's curves, the map's and the recall widths' (d tells them apart).
+        cells = curves[["mixer", "task", "difficulty", "d"]].drop_duplicates()
+        options = [(m, t, d, int(w)) for m, t, d, w in cells.itertuples(index=False)]
+        cell = st.selectbox("Cell", options, format_func=lambda c: f"{c[0]} · {task_label(c[1])} · {c[2]} · d={c[3]}",
+                            key="boundary_curve_cell")
+        one = curves[(curves["mixer"] == cell[0]) & (curves["task"] == cell[1]) & (curves["difficulty"] == cell[2])
+                     & (curves["d"] == cell[3])]
+        chart_with_downloads(dev_curve_chart(one, f"Dev accuracy per learning rate: {cell[0]}, "
+                                                  f"{task_label(cell[1])} {cell[2]}, d = {cell[3]}"),
+                             "boundary_dev_curve", key="boundary_curve_chart")
 
 # -- the paper beside ours -----------------------------------------------------------------------------
 st.subheader("The paper's hierarchy and the measured one")
@@ -186,10 +245,19 @@ everyone = measured_order(rows, task)
 st.caption(f"Every mixer of these runs on {task_label(task)}, weakest first: "
            + ", ".join(f"{m} {acc:.3f}" for m, acc in everyone) + ".")
 verdicts = claim_verdicts(rows, reach=_reach(configs[r] for r in picked))
-claims = pd.DataFrame({"claim": [v.claim.what for v in verdicts], "the paper": [v.claim.paper for v in verdicts],
-                       "source": [v.claim.source for v in verdicts], "verdict": [v.word for v in verdicts]})
-st.table(claims, hide_index=True)
-for v in verdicts:
+claims, checks = claims_and_checks(verdicts)
+st.markdown("**The paper's claims**, each of which these tasks could refute")
+if len(seeds) < VERDICT_MIN_SEEDS:
+    st.info(f"These runs hold {len(seeds)} seed(s): a claim is judged on {VERDICT_MIN_SEEDS} seeds or more, so "
+            f"each says \"not judged: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}\". Launch more seeds to judge them.")
+st.table(_verdict_table(claims), hide_index=True)
+for v in claims:
+    VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
+st.markdown("**Sanity checks**: they hold by construction or check the harness (the recipe trains, the window "
+            "forgets past its reach, attention reads what is there), so they say whether the map can be read, "
+            "not whether the paper is right")
+st.table(_verdict_table(checks).rename(columns={"claim": "check", "the paper": "what it checks"}), hide_index=True)
+for v in checks:
     VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
 st.markdown(VERDICT_RULE)
 

@@ -263,7 +263,7 @@ SPREAD = {  # measure of store.content.lm_ablation -> what the spread table call
 
 
 VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
-               "untested": st.info}
+               "untested": st.info, "not_judged": st.info}
 
 
 def verdict_block(verdict: AblationVerdict) -> None:

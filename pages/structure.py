@@ -45,7 +45,8 @@ CONTROL_TEXT = (
     "selectivity is what a short window gives. The *untrained* SPCN (its frozen random projections alone) "
     "measures what the Hebbian learning added."
 )
-VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning}
+VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
+               "not_judged": st.info}
 
 
 def _wide(df: pd.DataFrame, index: list[str], column: str, mean: str, std: str, order: list[str]) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """The boundary study's queries (PAPER.md §4.4): every context mixer's accuracy on structure and content
-tasks, distance by distance.  Its runs are ``queries.list_runs(kind="boundary")``; its verdicts are
-:mod:`ema_core.boundary_findings`' on these rows."""
+tasks, distance by distance; recall against state size; every rate's dev curve.  Its runs are
+``queries.list_runs(kind="boundary")``; its verdicts are :mod:`ema_core.boundary_findings`' on the
+``boundary_accuracy`` rows."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,21 +17,59 @@ from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, registe
 
 def boundary_accuracy(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
     """Every cell's accuracy: run_id, seed (the cell's: a run holds several), run_seed (the run's, its
-    first), mixer, task, difficulty, level, seq_len, accuracy (test), dev_accuracy, chance, lr (chosen
-    on dev), train_loss, state_floats, params.
+    first), mixer, task, difficulty, level, seq_len, accuracy (test), dev_accuracy, chance,
+    exclusion_floor (the best accuracy without position t − k; null on runs stored before it), d (the
+    cell's model width; null likewise), lr (chosen on dev), train_loss, state_floats, params.
 
     Mixers in the hierarchy's order (a researcher's own after them, by name), tasks in the
     study's order, then by level (k, or MQAR's pairs), MQAR's length, seed and run.
     """
     return query_frame(
         f"""SELECT t.run_id, t.seed, r.seed AS run_seed, t.mixer, t.task, t.difficulty, t.level, t.seq_len,
-                   t.accuracy, t.dev_accuracy, t.chance, t.lr, t.train_loss, t.state_floats, t.params
+                   t.accuracy, t.dev_accuracy, t.chance, t.exclusion_floor, t.d, t.lr, t.train_loss,
+                   t.state_floats, t.params
             FROM boundary_accuracy t JOIN runs r USING (run_id)
             WHERE {RUN_FILTER.format(col='t.run_id')}
             ORDER BY list_position($mixers::VARCHAR[], t.mixer) NULLS LAST, t.mixer,
                      list_position($tasks::VARCHAR[], t.task) NULLS LAST, t.task,
                      t.level, t.seq_len, t.difficulty, t.seed, t.run_id""",
         {"ids": id_list(run_ids), "mixers": list(MIXER_NAMES), "tasks": list(TASK_ORDER)}, home,
+    )
+
+
+def boundary_dev_curve(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """Every rate's dev accuracy at every evaluation of every cell: run_id, seed, mixer, task, difficulty,
+    d (the model width: the map's cells at the body's, recall-against-state cells at theirs), lr, step,
+    dev_accuracy.  Empty for runs stored before the curves were (they hold none).
+
+    In the map's order (mixers, tasks, difficulty), then width, seed, rate and step.
+    """
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, t.mixer, t.task, t.difficulty, t.d, t.lr, t.step, t.dev_accuracy
+            FROM boundary_dev_curve t
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($mixers::VARCHAR[], t.mixer) NULLS LAST, t.mixer,
+                     list_position($tasks::VARCHAR[], t.task) NULLS LAST, t.task,
+                     t.difficulty, t.d, t.seed, t.lr, t.step, t.run_id""",
+        {"ids": id_list(run_ids), "mixers": list(MIXER_NAMES), "tasks": list(TASK_ORDER)}, home,
+    )
+
+
+def boundary_recall_state(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """MQAR recall against the state a mixer keeps (zoology's view): run_id, seed, mixer, difficulty, d
+    (the model width), accuracy (test), dev_accuracy, chance, lr, state_floats, params; the recurrent
+    mixers at several widths, softmax and the window at the body's.  Empty for runs stored before it.
+
+    Mixers in the hierarchy's order, then by size, state and seed.
+    """
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, t.mixer, t.difficulty, t.d, t.accuracy, t.dev_accuracy, t.chance, t.lr,
+                   t.state_floats, t.params
+            FROM boundary_recall_state t
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($mixers::VARCHAR[], t.mixer) NULLS LAST, t.mixer, t.difficulty,
+                     t.state_floats, t.d, t.seed, t.run_id""",
+        {"ids": id_list(run_ids), "mixers": list(MIXER_NAMES)}, home,
     )
 
 
@@ -42,10 +81,28 @@ def run_figures(rows: pd.DataFrame) -> list:
     return draw(rows)
 
 
+def recall_figures(rows: pd.DataFrame) -> list:
+    """The figure of one run's exported recall-against-state rows."""
+    from ema_core.figures.boundary import recall_figures as draw
+
+    return draw(rows)
+
+
 # Keyed by the cell (level, seq_len, state_floats and params follow from it: kept as columns, never
 # averaged); the rows carry their own seeds, in the order of the query above.
 register_run_table("boundary_accuracy", RunTable(
-    boundary_accuracy, ("mixer", "task", "difficulty", "level", "seq_len", "state_floats", "params"),
-    ("accuracy", "dev_accuracy", "chance", "lr", "train_loss"), seeds_in_rows=True, ordered=True))
+    boundary_accuracy, ("mixer", "task", "difficulty", "level", "seq_len", "d", "state_floats", "params"),
+    ("accuracy", "dev_accuracy", "chance", "exclusion_floor", "lr", "train_loss"), seeds_in_rows=True,
+    ordered=True))
+register_run_table("boundary_dev_curve", RunTable(
+    boundary_dev_curve, ("mixer", "task", "difficulty", "d", "lr", "step"), ("dev_accuracy",), seeds_in_rows=True,
+    ordered=True))
+register_run_table("boundary_recall_state", RunTable(
+    boundary_recall_state, ("mixer", "difficulty", "d", "state_floats", "params"),
+    ("accuracy", "dev_accuracy", "chance", "lr"), seeds_in_rows=True, ordered=True))
 export.register_table("boundary_accuracy", "test accuracy of every context mixer per task and difficulty, "
-                                           "with chance and the learning rate chosen on dev", figures=run_figures)
+                                           "with chance, the exclusion floor and the learning rate chosen on dev",
+                      figures=run_figures)
+export.register_table("boundary_dev_curve", "dev accuracy of every learning rate of every cell at every evaluation")
+export.register_table("boundary_recall_state", "MQAR test accuracy against the state a mixer keeps, at several "
+                                               "model widths", figures=recall_figures)

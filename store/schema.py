@@ -117,7 +117,42 @@ M002_BOUNDARY = Migration(2, "m002_boundary", (
     )""",
 ))
 
-MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY)
+# The boundary map's second form: each cell's exclusion floor (the best accuracy reachable without
+# the position its label is about) and model width, every rate's dev curve, and MQAR recall against
+# state size (a mixer at several widths, so the width is part of the key).  Rows of runs stored
+# before it keep null in the new columns: they were measured without a floor.
+M003_BOUNDARY_CURVES = Migration(3, "m003_boundary_curves", (
+    "ALTER TABLE boundary_accuracy ADD COLUMN exclusion_floor DOUBLE",
+    "ALTER TABLE boundary_accuracy ADD COLUMN d INTEGER",
+    """CREATE TABLE boundary_dev_curve (
+        run_id       VARCHAR NOT NULL,
+        mixer        VARCHAR NOT NULL,
+        task         VARCHAR NOT NULL,
+        difficulty   VARCHAR NOT NULL,
+        seed         BIGINT NOT NULL,
+        d            INTEGER NOT NULL,
+        lr           DOUBLE NOT NULL,
+        step         BIGINT NOT NULL,
+        dev_accuracy DOUBLE,
+        PRIMARY KEY (run_id, mixer, task, difficulty, seed, d, lr, step)
+    )""",
+    """CREATE TABLE boundary_recall_state (
+        run_id       VARCHAR NOT NULL,
+        mixer        VARCHAR NOT NULL,
+        difficulty   VARCHAR NOT NULL,
+        d            INTEGER NOT NULL,
+        seed         BIGINT NOT NULL,
+        accuracy     DOUBLE,
+        dev_accuracy DOUBLE,
+        chance       DOUBLE,
+        lr           DOUBLE,
+        state_floats BIGINT,
+        params       BIGINT,
+        PRIMARY KEY (run_id, mixer, difficulty, d, seed)
+    )""",
+))
+
+MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
@@ -140,5 +175,14 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                           Column("accuracy", float, False), Column("dev_accuracy", float, False),
                           Column("chance", float, False), Column("lr", float, False),
                           Column("train_loss", float, False), Column("state_floats", int, False),
-                          Column("params", int, False)),
+                          Column("params", int, False), Column("exclusion_floor", float, False),
+                          Column("d", int, False)),
+    "boundary_dev_curve": (Column("mixer", str, True), Column("task", str, True), Column("difficulty", str, True),
+                           Column("seed", int, True), Column("d", int, True), Column("lr", float, True),
+                           Column("step", int, True), Column("dev_accuracy", float, False)),
+    "boundary_recall_state": (Column("mixer", str, True), Column("difficulty", str, True), Column("d", int, True),
+                              Column("seed", int, True), Column("accuracy", float, False),
+                              Column("dev_accuracy", float, False), Column("chance", float, False),
+                              Column("lr", float, False), Column("state_floats", int, False),
+                              Column("params", int, False)),
 }

@@ -100,7 +100,10 @@ def make_lm_runs(home: Path, specs=("gpt", "linear", "softmax_tokens"), seeds=(0
                 cfg, events, result = make(variant, int(seed), overrides)
                 rd = RunDir.for_id(run_id_for(KIND, cfg, int(seed)), home)
                 rd.create(KIND, cfg, int(seed))
-                rd.write_status(state="running", started=started, progress=0.0)
+                # The pid of this (live) process, as a worker writes its own: a runner of the same home
+                # (the app's, in the browser tests) would otherwise mark a "running" folder without a
+                # live worker crashed, and overwrite the "done" written next.
+                rd.write_status(state="running", started=started, progress=0.0, pid=os.getpid())
                 rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
                 rd.write_result(result)
                 rd.write_status(state="done", ended=started, progress=1.0)

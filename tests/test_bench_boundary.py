@@ -1,18 +1,34 @@
-"""bench.boundary runs end to end on a small slice: its report's shape, and that workers change no row."""
+"""bench.boundary runs end to end on a small grid: its report's shape, and that workers change no row."""
 from __future__ import annotations
 
 import json
 
 from bench.boundary import main
-from ema_core.mixers import MIXER_NAMES
+from ema_core.experiments import REGISTRY
+
+# Every mixer but a few, every task, one distance and MQAR size, recall at two widths: seconds.
+TINY = {"mixers": ("window_k", "ema", "softmax"), "distances": (1,), "mqar_pairs": (2,), "mqar_len": (16,),
+        "recall_widths": (8, 16), "data.seq_len": 16, "data.n_train": 64, "data.n_dev": 16, "data.n_test": 16,
+        "data.mqar_vocab": 32, "model.d": 16, "train.steps": 4, "train.mqar_steps": 8, "train.lrs": (0.01, 0.003),
+        "train.eval_every": 2}
 
 
-def test_the_boundary_bench_reports_step_times_and_the_workers_ratio(capsys):
-    assert main(["--cells", "2", "--steps", "2", "--json"]) == 0
+def test_the_boundary_bench_reports_step_times_and_the_whole_map_s_seconds(capsys, monkeypatch):
+    monkeypatch.setitem(REGISTRY["boundary"].presets, "tiny", TINY)
+    assert main(["--preset", "tiny", "--cells", "2", "--steps", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report["step_ms"]) == set(MIXER_NAMES) and all(v > 0 for v in report["step_ms"].values())
+    assert set(report["step_ms"]) == {"window_k", "ema", "softmax"} and all(v > 0 for v in report["step_ms"].values())
     assert report["step_ratio_to_ema"]["ema"] == 1.0
+    # every shape the grid trains: each mixer on the agreement tasks and MQAR, EMA at its other width
+    assert set(report["shape_ms"]) == {f"{m}/{t}/T=16/d=16" for m in ("window_k", "ema", "softmax")
+                                       for t in ("agree", "mqar")} | {"ema/mqar/T=16/d=8"}
+    assert all(step > 0 and evaluation > 0 for step, evaluation in report["shape_ms"].values())
+    # both rates to the end (choose_at 1), each scored at steps 2 and 4; MQAR's twice as long
+    assert report["cell_steps"] == {"agree_structure": 2 * 4, "agree_content": 2 * 4, "lag_identity": 2 * 4,
+                                    "mqar": 2 * 8}
+    assert report["cell_evals"] == {"agree_structure": 2 * 2, "agree_content": 2 * 2, "lag_identity": 2 * 2,
+                                    "mqar": 2 * 4}
     assert report["slice_cells"] == 2 and report["same_rows"] is True
     assert report["speedup_2_workers"] > 0 and set(report["slice_seconds"]) == {"1", "2"}
-    assert report["cells"] > report["slice_cells"] and report["machine"]["cores"] >= 1
-    assert set(report["estimate_minutes"]) == {"workers=1", "workers=2"}
+    assert report["cells"] == 3 * 4 + 1 and report["machine"]["cores"] >= 1
+    assert set(report["estimate_seconds"]) == {"workers=1", "workers=2"} and report["estimate_seconds"]["workers=1"] > 0

@@ -1,4 +1,6 @@
-"""The boundary study's tasks and experiment: pure tasks, the cell contract, resume, workers, the CLI's JSON."""
+"""The boundary study's experiment: the config's checks, the cell contract (rates chosen on dev, the dev
+curve, recall against state size), resume, workers and their clean-up, the CLI's JSON.  The tasks
+themselves are tests/test_boundary_tasks.py's."""
 from __future__ import annotations
 
 import json
@@ -11,87 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-from ema_core.boundary import (CATEGORIES, IGNORE, STOP, TASKS, Difficulty, TaskConfig, category_of, chance,
-                               content_map, make_data)
+from ema_core.boundary import TASKS
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.experiments import boundary as boundary_experiment
 from ema_core.experiments.boundary import cells, difficulties
 from ema_core.mixers import MIXER_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMALL = TaskConfig(seq_len=24, words_per_category=8, lag_vocab=16, mqar_keys=16, n_train=64, n_dev=16, n_test=32)
-# A whole grid in seconds: every task, two distances, two MQAR sizes, two seeds.
+# A whole grid in seconds: every task, two distances, two MQAR sizes, two seeds, recall against state
+# at two widths (EMA at 8 and 16, the window and softmax at 16), rates compared half way.
 TINY = {"mixers": "window_k,ema,softmax", "distances": "1,3", "mqar_pairs": "2,4", "mqar_len": "16",
-        "data.seq_len": 16, "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "train.steps": 6,
-        "train.lrs": "0.01,0.003", "model.d": 16, "seeds": 2}
-
-
-def agree(task: str, k: int) -> Difficulty:
-    return Difficulty(task, k=k, seq_len=SMALL.seq_len)
-
-
-def test_every_task_is_a_pure_function_of_config_seed_and_split():
-    for d in (agree("agree_structure", 2), agree("agree_content", 2), agree("lag_identity", 3),
-              Difficulty("mqar", pairs=4, seq_len=24)):
-        a, b = make_data(d, SMALL, 5, "train"), make_data(d, SMALL, 5, "train")
-        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets)
-        other_split, other_seed = make_data(d, SMALL, 5, "test"), make_data(d, SMALL, 6, "train")
-        assert not torch.equal(a.tokens[:32], other_split.tokens[:32])
-        assert not torch.equal(a.tokens, other_seed.tokens)
-        assert a.tokens.dtype == torch.int64 and a.tokens.shape == (SMALL.n_train, d.seq_len)
-        assert int(a.tokens.max()) < a.vocab and int(a.targets.max()) < a.n_classes
-
-
-def test_the_two_agreement_variants_share_sequences_and_positions_and_differ_only_in_the_label():
-    s, c = make_data(agree("agree_structure", 3), SMALL, 1, "dev"), make_data(agree("agree_content", 3), SMALL, 1, "dev")
-    assert torch.equal(s.tokens, c.tokens)
-    assert torch.equal(s.targets == IGNORE, c.targets == IGNORE)
-    tok = s.tokens.numpy()
-    cats = category_of(tok, SMALL.words_per_category)
-    scored = s.targets.numpy() != IGNORE
-    t_idx = np.nonzero(scored)
-    # the label at t is the category (or the map) of the token 3 back, and never of a full stop
-    back = tok[t_idx[0], t_idx[1] - 3]
-    assert (back != STOP).all() and (t_idx[1] >= 3).all()
-    assert (s.targets.numpy()[t_idx] == cats[t_idx[0], t_idx[1] - 3]).all()
-    assert (c.targets.numpy()[t_idx] == content_map(SMALL, 1)[back]).all()
-    assert s.n_classes == len(CATEGORIES) and c.n_classes == 2
-
-
-def test_the_content_map_is_balanced_inside_every_category_so_a_category_says_nothing_of_it():
-    m = content_map(SMALL, 3)
-    W = SMALL.words_per_category
-    assert m[STOP] == 0
-    for c in range(len(CATEGORIES)):
-        assert m[1 + c * W: 1 + (c + 1) * W].sum() == W // 2
-    assert not np.array_equal(m, content_map(SMALL, 4))  # the map is drawn from the seed
-
-
-def test_lag_identity_names_the_token_k_back_and_mqar_the_value_bound_to_each_query():
-    d = make_data(agree("lag_identity", 4), SMALL, 0, "train")
-    assert (d.targets[:, :4] == IGNORE).all()
-    assert torch.equal(d.targets[:, 4:], d.tokens[:, :-4])
-    q = make_data(Difficulty("mqar", pairs=3, seq_len=20), SMALL, 0, "train")
-    K = SMALL.mqar_keys
-    for row, target in zip(q.tokens.tolist(), q.targets.tolist()):
-        keys, values = row[0:6:2], row[1:6:2]
-        assert len(set(keys)) == 3 and all(1 <= k <= K for k in keys) and all(K < v <= 2 * K for v in values)
-        assert all(t == IGNORE for t in target[:6])
-        bound = dict(zip(keys, values))
-        assert all(bound[tok] - 1 - K == t for tok, t in zip(row[6:], target[6:]))
-
-
-def test_chance_is_the_training_majority_label_scored_on_test():
-    d = agree("agree_structure", 1)
-    train, test = make_data(d, SMALL, 0, "train"), make_data(d, SMALL, 0, "test")
-    y = train.targets[train.targets != IGNORE]
-    majority = int(torch.bincount(y).argmax())
-    t = test.targets[test.targets != IGNORE]
-    assert chance(train, test) == pytest.approx(max(0.25, float((t == majority).double().mean())))
-    q = Difficulty("mqar", pairs=2, seq_len=8)
-    few = TaskConfig(mqar_keys=64, n_train=16, n_dev=16, n_test=16)
-    assert chance(make_data(q, few, 0, "train"), make_data(q, few, 0, "test")) >= 1 / 64  # never below a guess
-    assert 1 / len(CATEGORIES) <= chance(train, test) < 1
+        "data.seq_len": 16, "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "data.mqar_vocab": 32,
+        "train.steps": 6, "train.lrs": "0.01,0.003", "train.choose_at": 0.5, "train.eval_every": 2,
+        "model.d": 16, "recall_widths": "8,16", "seeds": 2}
+MAP_CELLS = 3 * (2 + 2 + 2 + 2)  # per seed: mixers × (3 tasks × 2 distances + 2 MQAR sizes)
 
 
 def test_bad_settings_are_refused_naming_the_setting():
@@ -100,14 +35,45 @@ def test_bad_settings_are_refused_naming_the_setting():
             build_config("boundary", overrides={setting: value})
         said = str(err.value)  # the setting, the name refused, and every name it takes
         assert said.startswith(setting) and repr(value.split(",")[1]) in said and all(n in said for n in names)
-    with pytest.raises(ValueError, match="below data.seq_len"):
-        build_config("boundary", overrides={"distances": "1,64", "data.seq_len": 64})
-    with pytest.raises(ValueError, match="2·pairs < T"):
-        build_config("boundary", overrides={"mqar_pairs": "40", "mqar_len": "64"})
-    with pytest.raises(ValueError, match="distances: 2 given more than once"):
-        build_config("boundary", overrides={"distances": "2,2,4"})
-    with pytest.raises(ValueError, match="tasks: none given; name at least one"):
-        build_config("boundary", overrides={"tasks": []})
+    for overrides, says in (
+        ({"distances": "1,64", "data.seq_len": 64}, "distances: every k must be below data.seq_len (64)"),
+        ({"distances": "2,2,4"}, "distances: 2 given more than once"),
+        ({"tasks": []}, "tasks: none given; name at least one"),
+        # An MQAR size that does not fit is refused by name, not dropped from the map.
+        ({"mqar_pairs": "4,40", "mqar_len": "64"}, "mqar_pairs: 40 pairs need T ≥ 160 (4·pairs), and the longest "
+                                                    "of mqar_len is 64"),
+        ({"mqar_pairs": "8,16", "mqar_len": "16,64"}, "mqar_len: T = 16 holds none of mqar_pairs [8, 16]"),
+        ({"mqar_pairs": "8", "mqar_len": "64", "data.mqar_vocab": 16}, "mqar_pairs: at most 7 pairs"),
+        ({"model.conv": 1}, "model.conv: 0 (no conv) or a width of 2 to 8"),
+        ({"model.conv": 9}, "model.conv"),
+        ({"train.choose_at": 0.25}, "train.choose_at"),
+        ({"recall_widths": "16,30"}, "recall_widths: every width must be a multiple of 4"),
+    ):
+        with pytest.raises(ValueError) as err:
+            build_config("boundary", overrides=overrides)
+        assert str(err.value).startswith(says), (overrides, str(err.value))
+    # Without MQAR its sizes are not read; without widths recall against state is not measured.
+    assert build_config("boundary", overrides={"tasks": "agree_content", "mqar_pairs": "40", "mqar_len": "64"})
+    cfg = build_config("boundary", overrides={**TINY, "recall_widths": []})
+    assert cfg.recall_widths == () and len(cells(cfg)) == 2 * MAP_CELLS
+
+
+def test_a_stored_config_of_an_older_run_reads_as_it_ran():
+    """A run made before the conv, the independent structure, MQAR's vocabulary and recall against
+    state stored none of them: it reads as what it ran (no conv, the templates, keys K as a
+    vocabulary holding K keys, no recall cells), not as today's defaults."""
+    from ema_core.rundir import current_config
+
+    today = build_config("boundary", overrides=TINY).model_dump(mode="json")
+    older = json.loads(json.dumps(today))
+    del older["model"]["conv"], older["data"]["structure"], older["data"]["mqar_vocab"], older["recall_widths"]
+    del older["train"]["mqar_steps"], older["train"]["eval_every"]  # their defaults are what older runs did
+    older["data"]["mqar_keys"] = 16
+    cfg = boundary_experiment.BoundaryConfig.model_validate(current_config("boundary", older))
+    assert cfg.model.conv == 0 and cfg.data.structure == "templates" and cfg.recall_widths == ()
+    assert cfg.data.mqar_vocab == 34 and boundary_experiment.mqar_keys(cfg.data) == 16
+    assert len(cells(cfg)) == 2 * MAP_CELLS
+    assert current_config("boundary", today) == today  # a config of today passes as it is
 
 
 @pytest.mark.parametrize("value,says", [
@@ -132,45 +98,87 @@ def test_a_bad_mixers_setting_is_one_plain_line_from_the_command_line(tmp_path, 
 
 
 def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
+    from ema_core.boundary_findings import window_reach
+
     for preset in REGISTRY["boundary"].presets:
         cfg = build_config("boundary", preset=preset)
         assert set(cfg.mixers) == set(MIXER_NAMES) and set(cfg.tasks) == set(TASKS)
+        assert cfg.model.conv == 3 and len(cfg.train.lrs) >= 4 and cfg.train.choose_at >= 0.5
+        assert all(4 * p <= T for p, T in boundary_experiment.mqar_sizes(cfg))
     quick = build_config("boundary", preset="quick")
     labels = [d.label for d in difficulties(quick)]
-    assert sum(1 for d in difficulties(quick) if d.task == "agree_content") >= 4
-    assert sum(1 for d in difficulties(quick) if d.task == "mqar") >= 2
-    assert "k=8" in labels and "pairs=16,T=64" in labels
-    assert len(cells(quick)) == len(MIXER_NAMES) * len(labels)
+    # Distances on both sides of the window's reach, one MQAR size with pairs ≤ T/4.
+    reach = window_reach(quick.model.window, quick.model.layers, quick.model.conv)
+    assert reach == 10 and min(quick.distances) < reach < max(quick.distances)
+    assert [d.label for d in difficulties(quick) if d.task == "mqar"] == ["pairs=16,T=64"]
+    assert quick.data.n_train >= 16_384 and len(quick.recall_widths) >= 3 and quick.model.d in quick.recall_widths
+    recurrent = [m for m in MIXER_NAMES if m not in boundary_experiment.NOT_RECURRENT]
+    assert len(cells(quick)) == len(MIXER_NAMES) * len(labels) + len(recurrent) * 2  # two widths besides 64
+    full = build_config("boundary", preset="full")
+    assert full.data.mqar_vocab == 8192 and max(p for p, T in boundary_experiment.mqar_sizes(full) if T == 256) == 64
 
 
-def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev(monkeypatch):
+@pytest.fixture(scope="module")
+def tiny_run():
+    """One whole TINY grid, in this process: (config, result)."""
     cfg = build_config("boundary", overrides=TINY)
-    result = REGISTRY["boundary"].run(cfg, NullReporter())
+    return cfg, REGISTRY["boundary"].run(cfg, NullReporter())
+
+
+def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev(tiny_run):
+    cfg, result = tiny_run
     rows = result["tables"]["boundary_accuracy"]
-    assert len(rows) == len(cells(cfg)) == 3 * (2 + 2 + 2 + 2) * 2
-    assert {r["seed"] for r in rows} == {0, 1}
+    assert len(rows) == 2 * MAP_CELLS and {r["seed"] for r in rows} == {0, 1}
     for r in rows:
         assert 0 <= r["accuracy"] <= 1 and 0 <= r["dev_accuracy"] <= 1 and 0 < r["chance"] < 1
+        assert 0 < r["exclusion_floor"] < 1 and r["d"] == 16
         assert r["lr"] in (0.01, 0.003) and r["params"] > 0 and r["state_floats"] > 0
     s = result["summary"]
     assert s["cells"] == len(rows) and s["tuned_on"] == "dev" and s["seconds"] > 0
     assert set(s["map"]) == {"window_k", "ema", "softmax"}
     assert set(s["map"]["ema"]) == set(TASKS) and set(s["map"]["ema"]["mqar"]) == {"pairs=2,T=16", "pairs=4,T=16"}
     assert set(s["chance"]) == set(TASKS)
-    # state per sequence: EMA keeps d floats per layer, softmax its key/value cache (2·T·d per layer)
-    assert s["state_floats"]["ema"] == 2 * 16 and s["state_floats"]["softmax"] == 2 * 2 * 16 * 16
+    # state per sequence, per layer: the conv's last 2 inputs (2·d) and EMA's d floats, or softmax's
+    # key/value cache (2·T·d)
+    assert s["state_floats"]["ema"] == 2 * (2 * 16 + 16) and s["state_floats"]["softmax"] == 2 * (2 * 16 + 2 * 16 * 16)
     mean_ema_k1 = np.mean([r["accuracy"] for r in rows if (r["mixer"], r["task"], r["difficulty"]) ==
                            ("ema", "agree_content", "k=1")])
     assert s["map"]["ema"]["agree_content"]["k=1"] == pytest.approx(mean_ema_k1)
 
-    # Scores that rank the rates one way on dev and the other way on test: the kept rate is dev's
-    # winner, the grid's second (so keeping the first, or choosing on test, would fail here).
+
+def test_the_dev_curve_holds_every_rate_and_the_rate_is_chosen_on_dev_no_earlier_than_half_way(tiny_run):
+    cfg, result = tiny_run
+    curve = result["tables"]["boundary_dev_curve"]
+    by_cell: dict[tuple, dict[float, dict[int, float]]] = {}
+    for p in curve:
+        by_cell.setdefault((p["mixer"], p["task"], p["difficulty"], p["seed"], p["d"]), {}).setdefault(
+            p["lr"], {})[p["step"]] = p["dev_accuracy"]
+    assert len(by_cell) == len(cells(cfg))
+    choose = 3  # choose_at 0.5 of 6 steps; evaluations every 2 steps
+    for r in result["tables"]["boundary_accuracy"]:
+        rates = by_cell[(r["mixer"], r["task"], r["difficulty"], r["seed"], r["d"])]
+        assert set(rates) == {0.01, 0.003}  # every rate, the one not kept too
+        for lr, points in rates.items():
+            # every eval_every steps, and where the rate stops: at the choice, or at the end for the kept one
+            assert sorted(points) == ([2, 3, 4, 6] if lr == r["lr"] else [2, 3])
+        at_choice = {lr: points[choose] for lr, points in rates.items()}
+        assert at_choice[r["lr"]] == max(at_choice.values())  # best on dev at the choice
+        if at_choice[0.01] == at_choice[0.003]:
+            assert r["lr"] == 0.01  # a tie keeps the grid's first
+        assert r["dev_accuracy"] == rates[r["lr"]][6]
+
+
+def test_the_kept_rate_is_dev_s_winner_not_test_s(monkeypatch):
+    """Scores that rank the rates one way on dev and the other way on test: the kept rate is dev's
+    winner, the grid's second (so keeping the first, or choosing on test, would fail here)."""
+
     class Tagged(boundary_experiment.Trainer):
         def __init__(self, model, data, **kw):
             super().__init__(model, data, **kw)
             model.tagged_lr = kw["lr"]
 
-    small = build_config("boundary", overrides={**TINY, "mixers": "ema", "seeds": 1, "data.n_test": 32})
+    small = build_config("boundary", overrides={**TINY, "mixers": "ema", "seeds": 1, "data.n_test": 32,
+                                                "recall_widths": []})
 
     def scored(model, data):
         on_dev = len(data.tokens) == small.data.n_dev  # dev and test differ in size here
@@ -183,16 +191,39 @@ def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev(monkeypatch):
     assert {(r["lr"], r["dev_accuracy"], r["accuracy"]) for r in picked} == {(0.003, 0.9, 0.1)}
 
 
+def test_recall_against_state_reuses_the_map_s_cell_at_the_body_s_width(tiny_run):
+    cfg, result = tiny_run
+    recall = result["tables"]["boundary_recall_state"]
+    assert set(recall[0]) == {"mixer", "difficulty", "d", "seed", "accuracy", "dev_accuracy", "chance", "lr",
+                              "state_floats", "params"}
+    # EMA at each width, the window and softmax at the body's only; every MQAR size, every seed.
+    assert sorted({(r["mixer"], r["d"]) for r in recall}) == [("ema", 8), ("ema", 16), ("softmax", 16),
+                                                              ("window_k", 16)]
+    assert len(recall) == 4 * 2 * 2
+    mqar = {(r["mixer"], r["difficulty"], r["seed"]): r for r in result["tables"]["boundary_accuracy"]
+            if r["task"] == "mqar"}
+    for r in recall:
+        if r["d"] == 16:  # the map's own cell, not trained again
+            assert {k: mqar[(r["mixer"], r["difficulty"], r["seed"])][k] for k in r} == r
+    ema8 = [r for r in recall if (r["mixer"], r["d"]) == ("ema", 8)]
+    assert {r["state_floats"] for r in ema8} == {2 * (2 * 8 + 8)}
+    assert ema8[0]["params"] < mqar[("ema", "pairs=2,T=16", 0)]["params"]
+    # The summary: {mixer: {state floats: accuracy}}, each the mean over seeds and MQAR sizes.
+    by_state = result["summary"]["recall_vs_state"]
+    assert set(by_state) == {"window_k", "ema", "softmax"} and list(by_state["ema"]) == ["48", "96"]
+    assert by_state["ema"]["48"] == pytest.approx(np.mean([r["accuracy"] for r in ema8]))
+
+
 def test_a_cancelled_run_resumes_cell_by_cell_to_the_uninterrupted_result():
     cfg = build_config("boundary", overrides={**TINY, "seeds": 1})
-    whole = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]["boundary_accuracy"]
+    whole = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]
     rep = NullReporter(stop_after_checkpoints=5)
     with pytest.raises(Cancelled):
         REGISTRY["boundary"].run(cfg, rep)
     step, state = rep.load_checkpoint()
     assert step == 5 and len(state["done"]) == 5
     rep.stop_after_checkpoints = None
-    resumed = REGISTRY["boundary"].run(cfg, rep)["tables"]["boundary_accuracy"]
+    resumed = REGISTRY["boundary"].run(cfg, rep)["tables"]
     assert resumed == whole
     other = build_config("boundary", overrides={**TINY, "seeds": 1, "train.steps": 7})
     with pytest.raises(ValueError, match="config"):
@@ -201,24 +232,52 @@ def test_a_cancelled_run_resumes_cell_by_cell_to_the_uninterrupted_result():
 
 def test_cells_in_two_processes_give_the_map_of_one():
     cfg = build_config("boundary", overrides={**TINY, "mixers": "ema,softmax", "seeds": 1})
-    one = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]["boundary_accuracy"]
-    two = REGISTRY["boundary"].run(cfg.model_copy(update={"workers": 2}), NullReporter())["tables"]["boundary_accuracy"]
+    one = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]
+    two = REGISTRY["boundary"].run(cfg.model_copy(update={"workers": 2}), NullReporter())["tables"]
     assert one == two
 
 
-def _cell_or_fail(cfg, mixer, d, seed):
+class ReadsAhead(torch.nn.Module):
+    """A mixer that reads x_{t+1}: what a bring-your-own mixer with an off-by-one mask does."""
+
+    settings: dict = {}
+
+    def __init__(self, d, seed=0):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.proj(x + torch.nn.functional.pad(x[:, 1:], (0, 0, 0, 1)))
+
+    def state_floats(self, T):
+        return 0
+
+
+def test_a_mixer_that_is_not_causal_is_refused_before_any_cell_trains(monkeypatch):
+    from ema_core.mixers import registry
+
+    monkeypatch.setitem(registry.MIXERS, "ema", ReadsAhead)
+    trained = []
+    monkeypatch.setattr(boundary_experiment, "run_cell", lambda *a, **k: trained.append(a))
+    cfg = build_config("boundary", overrides={**TINY, "seeds": 1})
+    with pytest.raises(ValueError, match=r"^mixers: mixer 'ema' is not causal.*the map trains causal mixers only"):
+        REGISTRY["boundary"].run(cfg, NullReporter())
+    assert trained == []
+
+
+def _cell_or_fail(cfg, mixer, d, seed, width):
     """A worker's cell that notes each cell it starts and fails the one BOUNDARY_TEST_FAIL names.  The
     workers are spawned: they run this by importing this module, and read the test's wishes from the
     environment they inherit (a monkeypatch of the parent is not seen there)."""
-    i = cells(cfg).index((mixer, d, seed))
+    i = cells(cfg).index((mixer, d, seed, width))
     (Path(os.environ["BOUNDARY_TEST_STARTED"]) / str(i)).touch()
     if str(i) == os.environ.get("BOUNDARY_TEST_FAIL"):
         raise RuntimeError(f"cell {i} failed")
-    return boundary_experiment._worker_cell(cfg, mixer, d, seed)
+    return boundary_experiment._worker_cell(cfg, mixer, d, seed, width)
 
 
 def test_a_failing_cell_stops_the_workers_and_keeps_the_cells_done(tmp_path, monkeypatch):
-    cfg = build_config("boundary", overrides={**TINY, "seeds": 1, "workers": 2})
+    cfg = build_config("boundary", overrides={**TINY, "seeds": 1, "workers": 2, "recall_widths": []})
     grid = cells(cfg)
     started = tmp_path / "started"
     started.mkdir()
@@ -241,7 +300,66 @@ def test_a_failing_cell_stops_the_workers_and_keeps_the_cells_done(tmp_path, mon
     monkeypatch.delenv("BOUNDARY_TEST_FAIL")
     rows = REGISTRY["boundary"].run(cfg, rep)["tables"]["boundary_accuracy"]
     assert {int(p.name) for p in started.iterdir()} == set(range(len(grid))) - kept
-    assert len(rows) == len(grid)
+    assert len(rows) == MAP_CELLS
+
+
+def _children(pid: int) -> set[int]:
+    """The processes ``pid`` started that are still its children (Linux's /proc)."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with open(task / "children") as f:
+            out |= {int(c) for c in f.read().split()}
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie has exited: its parent is gone and nothing has reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from Linux's /proc")
+def test_a_worker_killed_with_sigkill_takes_its_training_children_with_it(tmp_path):
+    """The run's process is killed with SIGKILL mid-grid (it runs no clean-up): its two training
+    processes and multiprocessing's resource tracker end too, within seconds, rather than training on
+    under PID 1."""
+    import signal
+    import time
+
+    started = tmp_path / "started"
+    started.mkdir()
+    script = (
+        "import sys\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from ema_core.experiments import NullReporter, REGISTRY, build_config\n"
+        "from ema_core.experiments import boundary\n"
+        "from test_boundary import TINY, _cell_or_fail\n"
+        "boundary._worker_cell = _cell_or_fail\n"
+        "cfg = build_config('boundary', overrides={**TINY, 'seeds': 1, 'workers': 2, 'train.steps': 1_000_000})\n"
+        "REGISTRY['boundary'].run(cfg, NullReporter())\n"
+    )
+    env = {**os.environ, "BOUNDARY_TEST_STARTED": str(started)}
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300  # liveness only: two spawned workers each start a cell
+        while len(list(started.iterdir())) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "the workers never started a cell"
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert len(children) >= 3  # two workers and the resource tracker
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c for c in children if _alive(c)], "children of the killed run still running"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_cli_run_prints_the_map_as_json(tmp_path):
@@ -251,10 +369,11 @@ def test_cli_run_prints_the_map_as_json(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     obj = json.loads(out.stdout)
-    assert obj["state"] == "done" and obj["cells"] == 48 and obj["seconds"] > 0
+    assert obj["state"] == "done" and obj["cells"] == 2 * MAP_CELLS and obj["seconds"] > 0
     assert set(obj["map"]["softmax"]) == set(TASKS)
     assert set(obj["map"]["softmax"]["agree_structure"]) == {"k=1", "k=3"}
     assert set(obj["chance"]) == set(TASKS) and set(obj["state_floats"]) == {"window_k", "ema", "softmax"}
+    assert set(obj["recall_vs_state"]) == {"window_k", "ema", "softmax"}
 
 
 @pytest.mark.gpu
@@ -263,7 +382,7 @@ def test_a_grid_trains_on_cuda():
         pytest.skip("no CUDA device")
     cfg = build_config("boundary", overrides={**TINY, "seeds": 1, "device": "cuda"})
     rows = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]["boundary_accuracy"]
-    assert len(rows) == len(cells(cfg)) and all(0 <= r["accuracy"] <= 1 for r in rows)
+    assert len(rows) == MAP_CELLS and all(0 <= r["accuracy"] <= 1 for r in rows)
 
 
 def test_a_cuda_device_that_is_not_there_is_refused():

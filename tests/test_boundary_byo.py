@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ema_core.experiments.boundary import BoundaryModelConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 NAME = "cumulative_mean"
@@ -105,7 +107,9 @@ def test_the_readmes_command_trains_it_and_the_run_is_stored_shown_and_exported(
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     assert result["state"] == "done" and result["ingested"], result
-    assert NAME in result["map"] and result["state_floats"][NAME] == 2 * 16  # d floats, in each of 2 layers
+    # d floats in each of 2 layers, and the last conv − 1 inputs of the short conv before it
+    conv = BoundaryModelConfig().conv
+    assert NAME in result["map"] and result["state_floats"][NAME] == 2 * (16 + max(conv - 1, 0) * 16)
 
     shown = run(checkout, "-c", "import json, sys; sys.path.insert(0, 'tests'); "
                                 "from apptest import ok, open_page; from store import export_table; "
@@ -117,3 +121,40 @@ def test_the_readmes_command_trains_it_and_the_run_is_stored_shown_and_exported(
     assert shown.returncode == 0, shown.stderr[-3000:]
     page, exported = json.loads(shown.stdout.strip().splitlines()[-1])
     assert NAME in page and NAME in exported
+
+
+# A mixer that reads one step ahead, registered by the same steps: the probe every run starts with
+# (ema_core.mixers.causality) must refuse it before anything trains on the answer it reads.
+AHEAD = """import torch
+from ema_core.mixers.base import Mixer, check_input
+
+
+class ReadsAhead(Mixer):
+    name = "reads_ahead"
+
+    def __init__(self, d: int, seed: int = 0):
+        super().__init__(d, seed)
+        self.out = self.linear(d, d)
+
+    def scan(self, x):
+        check_input(x, self.d)
+        return self.out(torch.cat([x[:, 1:], x[:, -1:]], 1)), x[:, -1]
+"""
+AHEAD_STEPS = ("# ema_core/mixers/__init__.py\n     \"cumulative_mean\",\n+    \"reads_ahead\",\n )\n",
+               "# ema_core/mixers/registry.py\n from ema_core.mixers.mine import CumulativeMean\n"
+               "+from ema_core.mixers.ahead import ReadsAhead\n",
+               "# ema_core/mixers/registry.py\n     CumulativeMean,\n+    ReadsAhead,\n )\n")
+
+
+def test_a_mixer_that_reads_ahead_is_refused_when_the_run_starts(checkout, tmp_path):
+    root = tmp_path / "project"
+    shutil.copytree(checkout, root, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "ema_core" / "mixers" / "ahead.py").write_text(AHEAD, encoding="utf-8")
+    for block in AHEAD_STEPS:
+        apply_block(root, block)
+    sets = [a for k, v in {"mixers": "ema,reads_ahead", **TINY}.items() for a in ("--set", f"{k}={v}")]
+    out = run(root, "-m", "jobs.cli", "run", "boundary", *sets, "--json", home=tmp_path / "home")
+    assert out.returncode != 0, out.stdout[-3000:]
+    result = json.loads(out.stdout)
+    assert result["state"] == "failed" and not result["summary"], result
+    assert "mixer 'reads_ahead' is not causal: its output at position 0 changes" in result["message"], result

@@ -11,19 +11,26 @@ import pytest
 from ema_core import palette
 from ema_core.boundary_findings import FLOOR_MIXER as FLOOR, normalised
 from ema_core.figures import chart_to_png, chart_to_svg
-from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, heat_map,
-                                       mixer_order, mqar_chart, run_figures)
+from ema_core.boundary_findings import RECALL_LEVEL
+from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, dev_curve_chart, heat_map,
+                                       mixer_order, mqar_chart, recall_figures, recall_state_chart, recall_state_frame,
+                                       run_figures)
 from ema_core.mixers import MIXER_NAMES
 from boundary_fixture import MIXERS as RUN_MIXERS, TINY
 
 
 @pytest.fixture(scope="module")
-def rows() -> pd.DataFrame:
+def tables() -> dict[str, pd.DataFrame]:
     # The experiment itself at tiny sizes: the charts read whatever it really writes.
     from ema_core.experiments import REGISTRY, NullReporter, build_config
 
     cfg = build_config("boundary", overrides=TINY)
-    return pd.DataFrame(REGISTRY["boundary"].run(cfg, NullReporter())["tables"]["boundary_accuracy"])
+    return {k: pd.DataFrame(v) for k, v in REGISTRY["boundary"].run(cfg, NullReporter())["tables"].items()}
+
+
+@pytest.fixture(scope="module")
+def rows(tables) -> pd.DataFrame:
+    return tables["boundary_accuracy"]
 
 
 def _spec(chart) -> dict:
@@ -76,9 +83,9 @@ def test_the_frame_is_a_mean_over_seeds_with_its_spread(rows):
     pd.testing.assert_frame_equal(boundary_frame(again), frame)
 
 
-def test_the_maps_colour_is_accuracy_above_chance_and_its_text_the_accuracy(rows):
+def test_the_maps_colour_is_accuracy_above_the_floor_and_its_text_the_accuracy_over_the_floor(rows):
     spec = _spec(heat_map(boundary_frame(rows)))
-    cells, undefined, text = _layers(spec)
+    cells, undefined, text, floor_text = _layers(spec)
     assert cells["mark"]["type"] == "rect" and cells["encoding"]["color"]["field"] == "above"
     assert cells["encoding"]["color"]["scale"]["range"] == list(palette.ABOVE_CHANCE_COLORS)
     assert undefined["mark"]["color"] == palette.REFERENCE_COLOR  # where above chance is undefined
@@ -87,11 +94,25 @@ def test_the_maps_colour_is_accuracy_above_chance_and_its_text_the_accuracy(rows
     data = _data(spec)
     assert set(data["mixer"]) == set(RUN_MIXERS)
     assert len(data) == rows.groupby(["mixer", "task", "difficulty"]).ngroups  # every cell of the grid
+    assert floor_text["encoding"]["text"]["field"] == "floor_text"
+    assert "exclusion floor" in json.dumps(spec["title"])
+    raised = 0
     for r in data.itertuples():
         seeds = rows[(rows["mixer"] == r.mixer) & (rows["task"] == r.task) & (rows["difficulty"] == r.difficulty)]
-        above = [normalised(a, c) for a, c in zip(seeds["accuracy"], seeds["chance"])]
+        # per seed against max(chance, floor), then averaged
+        base = [max(c, f) for c, f in zip(seeds["chance"], seeds["exclusion_floor"])]
+        above = [normalised(a, b) for a, b in zip(seeds["accuracy"], base)]
         assert r.above == pytest.approx(sum(above) / len(above))
+        raised += any(f > c for c, f in zip(seeds["chance"], seeds["exclusion_floor"]))
         assert r.text == f"{seeds['accuracy'].mean():.2f}"
+        assert r.floor_text == f"f {seeds['exclusion_floor'].mean():.2f}"
+    assert raised  # some floor of this run is above chance: the colour is not accuracy above chance
+    # A run stored before the floor: its cells are set against chance, and show no floor.
+    old = heat_map(boundary_frame(rows.drop(columns=["exclusion_floor"])))
+    for r in _data(_spec(old)).itertuples():
+        seeds = rows[(rows["mixer"] == r.mixer) & (rows["task"] == r.task) & (rows["difficulty"] == r.difficulty)]
+        assert r.above == pytest.approx(sum(normalised(a, c) for a, c in zip(seeds["accuracy"], seeds["chance"])) / 3)
+        assert r.floor_text == ""
     # Rows of the map in the registry's order.
     assert cells["encoding"]["y"]["sort"] == list(RUN_MIXERS)
 
@@ -192,3 +213,61 @@ def test_rows_without_a_level_a_state_or_a_length_still_chart(rows):
     for chart in (heat_map(frame), crossing_chart(frame), mqar_chart(frame)):
         _spec(chart)  # strict JSON: the missing states went out as null
     assert [stem for stem, _ in run_figures(bare)] == ["boundary_map", "boundary_crossing", "boundary_mqar"]
+
+
+def _recall_rows(spec_of):
+    """boundary_recall_state rows with known numbers: (mixer, state floats, accuracy per seed)."""
+    return pd.DataFrame([{"run_id": "r", "seed": s, "mixer": m, "difficulty": size, "d": floats // 8,
+                          "accuracy": acc, "dev_accuracy": acc, "chance": 1 / 128, "lr": 1e-3,
+                          "state_floats": floats, "params": 1000}
+                         for size, specs in spec_of.items() for m, floats, accs in specs
+                         for s, acc in zip((1, 2, 3), accs)])
+
+
+def test_the_recall_chart_marks_the_smallest_state_reaching_the_bar_per_mixer():
+    rows = _recall_rows({"pairs=4,T=64": [
+        ("ema", 256, (0.1, 0.1, 0.1)), ("ema", 512, (0.2, 0.2, 0.2)), ("ema", 1024, (0.3, 0.3, 0.3)),
+        ("gated_linear_attn", 512, (0.5, 0.6, 0.7)), ("gated_linear_attn", 2048, (0.9, 0.92, 0.94)),
+        ("gated_linear_attn", 8192, (0.99, 0.99, 0.99)),
+        ("window_k", 512, (0.0, 0.0, 0.0)), ("softmax", 8704, (1.0, 1.0, 1.0))],
+        "pairs=16,T=64": [("gated_linear_attn", 2048, (0.5, 0.5, 0.5)), ("gated_linear_attn", 8192, (0.95, 0.9, 0.9))]})
+    frame = recall_state_frame(rows)
+    marked = frame[frame["reaches"]]
+    # one ring per mixer and size that reaches 0.9, at its smallest such state; ema and the window reach none
+    assert set(zip(marked["mixer"], marked["difficulty"], marked["state_floats"])) == {
+        ("gated_linear_attn", "pairs=4,T=64", 2048), ("softmax", "pairs=4,T=64", 8704),
+        ("gated_linear_attn", "pairs=16,T=64", 8192)}
+    assert (frame["n"] == 3).all() and list(dict.fromkeys(frame["mixer"])) == [
+        "window_k", "ema", "gated_linear_attn", "softmax"]
+    spec = _spec(recall_state_chart(frame))
+    layers = _layers(spec)
+    line = next(layer for layer in layers if layer["mark"]["type"] == "line")
+    assert line["encoding"]["x"]["field"] == "state_floats" and line["encoding"]["x"]["scale"]["type"] == "log"
+    assert _color_map(line) == {m: palette.mixer_color(m) for m in ["window_k", "ema", "gated_linear_attn", "softmax"]}
+    ring = next(layer for layer in layers if layer["mark"]["type"] == "point")
+    assert ring["transform"] == [{"filter": "datum.reaches"}] and ring["mark"]["filled"] is False
+    bar = next(layer for layer in layers if layer["mark"]["type"] == "rule" and "level" in json.dumps(layer["encoding"]))
+    assert set(_data(spec)["level"]) == {RECALL_LEVEL} and bar["mark"]["color"] == palette.REFERENCE_COLOR
+    assert spec["facet"]["sort"] == ["pairs=4,T=64", "pairs=16,T=64"]  # by pairs, not by the alphabet
+    assert f"smallest state reaching {RECALL_LEVEL:g}" in json.dumps(spec["title"])
+    svg = chart_to_svg(recall_state_chart(frame))
+    assert svg.lstrip().startswith("<svg") and "…" not in svg
+
+
+def test_a_real_runs_recall_rows_and_dev_curves_chart(tables):
+    recall, curves = tables["boundary_recall_state"], tables["boundary_dev_curve"]
+    frame = recall_state_frame(recall)
+    # ema at both recall widths (8, 16), softmax and the window at the body's (16) beside it
+    assert sorted(frame.loc[frame["mixer"] == "ema", "d"].unique()) == [8, 16]
+    assert set(frame.loc[frame["mixer"] != "ema", "d"]) == {16} and (frame["n"] == 3).all()
+    [(stem, chart)] = recall_figures(recall)
+    assert stem == "boundary_recall_state" and chart_to_png(chart, scale=1).startswith(b"\x89PNG")
+    assert recall_figures(recall.iloc[0:0]) == [] and recall_state_frame(recall.iloc[0:0]).empty
+    one = curves[(curves["mixer"] == "ema") & (curves["task"] == "mqar")]
+    one = one[(one["difficulty"] == one["difficulty"].iloc[0]) & (one["d"] == 16)]
+    spec = _spec(dev_curve_chart(one, "ema on MQAR"))
+    data = _data(spec)
+    assert spec["encoding"]["x"]["field"] == "step" and set(data["rate"]) == {"0.01"}
+    # the mean over seeds of every rate's dev accuracy at each step
+    assert data.set_index("step")["dev"].to_dict() == pytest.approx(one.groupby("step")["dev_accuracy"].mean().to_dict())
+    assert (data["n"] == 3).all()

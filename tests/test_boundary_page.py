@@ -9,15 +9,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from apptest import ok, open_page
-from boundary_fixture import MIXERS as RUN_MIXERS, make_boundary_runs
+from boundary_fixture import MIXERS as RUN_MIXERS, TINY, make_boundary_runs
 
 from ema_core import palette
 from ema_core.boundary import TASKS
-from ema_core.boundary_findings import (PAPER_HIERARCHY, VERDICT_RULE, claim_verdicts, measured_order,
-                                       undertrained_text)
+from ema_core.boundary_findings import (PAPER_HIERARCHY, RECALL_LEVEL, VERDICT_RULE, claim_verdicts, claims_and_checks,
+                                       measured_order, reach_of, recall_frontier, undertrained_text)
 from ema_core.experiments import build_config
 from ema_core.mixers import MIXER_NAMES
-from store.boundary import boundary_accuracy
+from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 from store.export import mean_std
 
 PAGE = "pages/boundary.py"
@@ -49,6 +49,19 @@ def runs(boundary_home, monkeypatch):
     return run_ids
 
 
+def _verdicts(run_ids):
+    """The findings' verdicts of these runs, at the reach of their own body (as the page reads it)."""
+    cfg = build_config("boundary", overrides=TINY).model_dump(mode="json")
+    return claim_verdicts(boundary_accuracy(run_ids), reach=reach_of(cfg["model"]))
+
+
+def _verdict_tables(at: AppTest) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The claims' table and the sanity checks' table, in that order."""
+    claims = next(t.value for t in at.table if "claim" in t.value.columns and "verdict" in t.value.columns)
+    checks = next(t.value for t in at.table if "check" in t.value.columns)
+    return claims, checks
+
+
 def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
     at = _page()
     assert at.title[0].value == "Boundary map"
@@ -78,19 +91,35 @@ def test_launch_submits_one_run_of_the_mixers_and_tasks_picked(empty_home, regis
     assert len(registered) == 1 and any("at least one mixer" in w.value for w in at.warning)
 
 
-def test_a_real_run_draws_the_map_the_curves_and_the_mqar_chart(runs):
+def test_a_real_run_draws_the_map_the_curves_and_the_recall_chart(runs):
     at = _page()
     assert at.multiselect(key="boundary_runs").value == runs
-    assert any("1 run(s) · seeds 0, 1" in c.value for c in at.caption)
-    (map_spec, cells), (cross_spec, curves), (mqar_spec, mqar) = _charts(at)
+    assert any("1 run(s) · seeds 0, 1, 2" in c.value for c in at.caption)
+    (map_spec, cells), (cross_spec, curves), (recall_spec, recall), (dev_spec, dev) = _charts(at)
     assert "boundary map" in json.dumps(map_spec["title"])
+    # The floor is drawn: each cell's text carries it, and the colour is measured from it.
+    assert "exclusion floor" in json.dumps(map_spec["title"]) and cells["floor_text"].str.startswith("f ").all()
     assert set(cells["mixer"]) == set(RUN_MIXERS) and set(cells["task"]) == set(TASKS)
     assert "Structure against content" in json.dumps(cross_spec["title"])
     assert set(curves["mixer"].dropna()) == set(RUN_MIXERS)
     line = next(layer for layer in cross_spec["layer"] if "color" in layer.get("encoding", {}))
     scale = line["encoding"]["color"]["scale"]
     assert dict(zip(scale["domain"], scale["range"])) == {m: palette.mixer_color(m) for m in RUN_MIXERS}
-    assert "MQAR" in json.dumps(mqar_spec["title"]) and set(mqar["task"]) == {"mqar"}
+    # Recall against state size, from its own table: ema at both recall widths, the smallest state
+    # reaching the bar (if any) named under it.
+    assert "MQAR recall against state size" in json.dumps(recall_spec["title"])
+    stored = boundary_recall_state(runs)
+    assert set(recall["mixer"].dropna()) == set(stored["mixer"]) and set(stored.loc[stored["mixer"] == "ema", "d"]) == {8, 16}
+    text = "\n".join(m.value for m in at.markdown)
+    assert f"**The smallest state reaching {RECALL_LEVEL:g}**" in text
+    frontier = recall_frontier(stored)
+    for m in RUN_MIXERS:
+        got = frontier.get((m, "pairs=2,T=16"))
+        assert f"- pairs=2,T=16, `{m}`: " + (f"{got:,.0f} floats" if got else "not reached") in text
+    # Every rate's dev curve, of the cell picked (the first: the window on structure at k = 1, the body's width).
+    assert "Dev accuracy per learning rate" in json.dumps(dev_spec["title"])
+    first = boundary_dev_curve(runs).iloc[0]
+    assert at.selectbox(key="boundary_curve_cell").value == (first["mixer"], first["task"], first["difficulty"], 16)
     # The map's numbers are the store's: the mean over seeds of each cell.
     rows = boundary_accuracy(runs)
     cell = rows[(rows["mixer"] == "softmax") & (rows["task"] == "agree_structure") & (rows["difficulty"] == "k=8")]
@@ -111,16 +140,21 @@ def test_the_page_sets_the_papers_hierarchy_beside_the_measured_one_and_judges_e
     assert at.radio(key="boundary_order_task").value == "mqar"
     for name, acc in measured_order(rows, "mqar", mixers=PAPER_HIERARCHY):
         assert f"`{name}` — {acc:.3f}" in text
-    assert VERDICT_RULE in text
-    assert "**Chance**" in text and "**The window**" in text
-    # Every claim: its verdict word in the table, its sentence in a box of the verdict's colour.
-    verdicts = claim_verdicts(rows)
-    table = next(t.value for t in at.table if "verdict" in t.value.columns)
-    assert list(table["claim"]) == [v.claim.what for v in verdicts]
-    assert list(table["verdict"]) == [v.word for v in verdicts]
-    boxes = {"reproduced": at.success, "not_reproduced": at.error, "inconclusive": at.warning}
-    for v in verdicts:
+    assert VERDICT_RULE in text and "t > 3.46 at 2 degrees of freedom" in text
+    assert "**Chance**" in text and "**The window**" in text and "**The exclusion floor**" in text
+    # Every claim and every sanity check: its word in its own table, its sentence in a box of its colour.
+    claims, checks = claims_and_checks(_verdicts(runs))
+    claim_table, check_table = _verdict_tables(at)
+    assert list(claim_table["claim"]) == [v.claim.what for v in claims]
+    assert list(claim_table["verdict"]) == [v.word for v in claims]
+    assert list(check_table["check"]) == [v.claim.what for v in checks]
+    assert list(check_table["verdict"]) == [v.word for v in checks]
+    assert not set(check_table["verdict"]) & {"reproduced", "not reproduced"}  # a check holds or fails
+    boxes = {"reproduced": at.success, "not_reproduced": at.error, "inconclusive": at.warning, "not_judged": at.info}
+    for v in claims + checks:
         assert any(b.value == v.sentence for b in boxes[v.verdict]), v.sentence
+    # Three seeds: judged, so no claim says "not judged".
+    assert not any("not judged:" in v.word for v in claims)
     # The measured order follows the task picked.
     at.radio(key="boundary_order_task").set_value("agree_content")
     ok(at.run())
@@ -128,17 +162,77 @@ def test_the_page_sets_the_papers_hierarchy_beside_the_measured_one_and_judges_e
     assert "Measured on agreement: content" in text
 
 
+def test_the_sanity_checks_are_shown_apart_from_the_claims(runs):
+    at = _page()
+    text = [m.value for m in at.markdown]
+    claims_at = next(i for i, m in enumerate(text) if m.startswith("**The paper's claims**"))
+    checks_at = next(i for i, m in enumerate(text) if m.startswith("**Sanity checks**"))
+    assert claims_at < checks_at
+    claim_table, check_table = _verdict_tables(at)
+    assert set(claim_table["claim"]).isdisjoint(check_table["check"])
+    assert any("softmax attention solves every task" in c for c in check_table["check"])
+    assert any("The window is at chance beyond its reach" in c for c in check_table["check"])
+    assert any("keeps structure while losing content" in c for c in claim_table["claim"])
+    assert "harness" in set(check_table["source"])
+
+
+@pytest.fixture(scope="module")
+def thin_home(tmp_path_factory):
+    """A run of two seeds (fewer than a claim is judged on), in a store of its own."""
+    home = tmp_path_factory.mktemp("boundary_thin") / "home"
+    return home, make_boundary_runs(home, (0,), overrides={"seeds": 2})
+
+
+def test_below_three_seeds_no_claim_is_judged(thin_home, monkeypatch):
+    home, run_ids = thin_home
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    at = _page()
+    assert any("1 run(s) · seeds 0, 1" in c.value for c in at.caption)
+    assert any("hold 2 seed(s)" in i.value and "not judged: 2 seeds" in i.value for i in at.info)
+    claim_table, check_table = _verdict_tables(at)
+    measured = [v for v in _verdicts(run_ids) if v.measured]
+    assert measured and all(v.word == "not judged: 2 seeds" for v in measured)
+    assert "not judged: 2 seeds" in set(claim_table["verdict"]) | set(check_table["verdict"])
+    assert not set(claim_table["verdict"]) & {"reproduced", "not reproduced"}
+    for v in measured:  # each in a neutral box, its sentence ending in what it is
+        assert any(b.value == v.sentence for b in at.info) and "— not judged: 2 seeds." in v.sentence
+
+
+def test_runs_stored_before_the_floor_and_the_new_tables_still_draw_and_say_what_is_missing(thin_home, monkeypatch):
+    from store import ingest
+    from store.db import open_store
+
+    home, run_ids = thin_home
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    ingest(home, run_ids)  # settled first: the page's own ingest then finds nothing new
+    with open_store(readonly=False, home=home) as conn:  # as a run stored before the floor and the curves
+        conn.execute("UPDATE boundary_accuracy SET exclusion_floor = NULL, d = NULL")
+        conn.execute("DELETE FROM boundary_recall_state")
+        conn.execute("DELETE FROM boundary_dev_curve")
+    assert boundary_recall_state(run_ids).empty and boundary_dev_curve(run_ids).empty
+    at = _page()
+    assert any("no exclusion floor" in c.value and "above chance alone" in c.value for c in at.caption)
+    assert any("no recall-against-state rows" in i.value for i in at.info)
+    assert any("no dev curves" in i.value for i in at.info)
+    specs = [spec for spec, _ in _charts(at)]
+    assert len(specs) == 3 and "MQAR recall against state size" in json.dumps(specs[2]["title"])  # the map's own cells
+    (_, cells) = _charts(at)[0]
+    assert (cells["floor_text"] == "").all()
+
+
 def test_every_chart_and_the_table_have_their_downloads(runs):
     at = _page()
     labels = [b.label for b in at.get("download_button")]
-    assert labels.count("SVG") == labels.count("PNG") == 3  # map, crossing, MQAR
+    assert labels.count("SVG") == labels.count("PNG") == 4  # map, crossing, recall, a dev curve
     assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 1
-    table = next(d.value for d in at.dataframe if "above_chance" in d.value.columns)
+    table = next(d.value for d in at.dataframe if "above_floor" in d.value.columns)
     rows = boundary_accuracy(runs)
     cell = rows[(rows["mixer"] == "ema") & (rows["task"] == "agree_content") & (rows["difficulty"] == "k=1")]
     row = table[(table["mixer"] == "ema") & (table["task"] == "agree_content") & (table["difficulty"] == "k=1")].iloc[0]
     assert row["accuracy"].replace("\u00a0", " ") == mean_std(cell["accuracy"].mean(), cell["accuracy"].std(ddof=1))
-    assert row["seeds"] == 2
+    assert row["seeds"] == 3
+    floor = cell["exclusion_floor"]
+    assert row["exclusion_floor"].replace("\u00a0", " ") == mean_std(floor.mean(), floor.std(ddof=1))
 
 
 def test_no_run_picked_says_so(runs):

@@ -1,5 +1,6 @@
-"""The boundary map in the store: a real run ingested and read back, its rows checked on the way in,
-exported as mean ± std across the seeds one run holds, and an older store file migrated to hold it."""
+"""The boundary map in the store: a real run ingested and read back (the map, every rate's dev curve,
+recall against state size), its rows checked on the way in, exported as mean ± std across the seeds
+one run holds, and older store files and older runs' results migrated and ingested beside it."""
 import copy
 import io
 import math
@@ -12,19 +13,20 @@ import pytest
 
 from ema_core.rundir import RunDir, run_id_for
 from store import schema
-from store.boundary import boundary_accuracy
+from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 from store.db import check, open_store, store_path
 from store.export import EXPORT_TABLES, export_table, render_table
 from store.ingest import ingest
 from store.queries import GROUPABLE, grouped, list_runs
 
 KIND = "boundary"
-# Seconds on a CPU: two mixers, every task, two distances, one MQAR size, two seeds in one run.
+# Seconds on a CPU: two mixers, every task, two distances, one MQAR size, two seeds in one run; recall
+# against state with EMA at width 8 besides the map's 16.
 TINY = {"mixers": "window_k,ema", "distances": "1,2", "mqar_pairs": "2", "mqar_len": "16", "data.seq_len": 16,
-        "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "train.steps": 3, "train.lrs": "0.01",
-        "model.d": 16, "seeds": 2}
+        "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "data.mqar_vocab": 32, "train.steps": 3,
+        "train.lrs": "0.01", "train.eval_every": 2, "model.d": 16, "recall_widths": "8,16", "seeds": 2}
 COLUMNS = ["run_id", "seed", "run_seed", "mixer", "task", "difficulty", "level", "seq_len", "accuracy",
-           "dev_accuracy", "chance", "lr", "train_loss", "state_floats", "params"]
+           "dev_accuracy", "chance", "exclusion_floor", "d", "lr", "train_loss", "state_floats", "params"]
 CELL = ["mixer", "task", "difficulty", "seed"]
 
 
@@ -79,6 +81,19 @@ def test_a_real_run_goes_in_and_comes_back(home, tiny):
     assert window[["difficulty", "seed"]].values.tolist()[:4] == [["k=1", 0], ["k=1", 1], ["k=2", 0], ["k=2", 1]]
     assert boundary_accuracy([rd.run_id]).equals(df) and boundary_accuracy([]).empty
     assert list_runs(kind=KIND)["run_id"].tolist() == [rd.run_id]
+    # Every rate's dev curve (each cell evaluated at step 2 and at its end, 3), and recall against state.
+    for name, read in (("boundary_dev_curve", boundary_dev_curve), ("boundary_recall_state", boundary_recall_state)):
+        written = result["tables"][name]
+        got = read([rd.run_id])
+        assert len(got) == len(written) and set(got["run_id"]) == {rd.run_id}
+        key = [c.name for c in schema.RESULT_TABLES[name] if c.key]
+        back = {tuple(r[c] for c in key): r for r in got.to_dict("records")}
+        for r in written:
+            assert {c: back[tuple(r[c] for c in key)][c] for c in r} == r
+    curve = boundary_dev_curve()
+    assert len(curve) == 2 * (2 * 7 + 1) * 2 and sorted(set(curve["step"])) == [2, 3]  # + EMA at width 8
+    recall = boundary_recall_state()
+    assert sorted(set(zip(recall["mixer"], recall["d"]))) == [("ema", 8), ("ema", 16), ("window_k", 16)]
 
 
 def test_rows_sort_by_the_hierarchy_not_the_alphabet(home):
@@ -131,9 +146,10 @@ def test_grouped_exports_spread_over_the_seeds_of_one_run(home, tiny):
     assert spec.seeds_in_rows and EXPORT_TABLES["boundary_accuracy"].figures is not None
 
     g = pd.read_csv(io.StringIO(render_table("boundary_accuracy", "csv", grouped=True)))
-    assert list(g.columns) == ["config_id", "kind", "mixer", "task", "difficulty", "level", "seq_len", "state_floats",
-                               "params", "runs", "n", "seeds", "accuracy_mean", "accuracy_std", "dev_accuracy_mean",
-                               "dev_accuracy_std", "chance_mean", "chance_std", "lr_mean", "lr_std",
+    assert list(g.columns) == ["config_id", "kind", "mixer", "task", "difficulty", "level", "seq_len", "d",
+                               "state_floats", "params", "runs", "n", "seeds", "accuracy_mean", "accuracy_std",
+                               "dev_accuracy_mean", "dev_accuracy_std", "chance_mean", "chance_std",
+                               "exclusion_floor_mean", "exclusion_floor_std", "lr_mean", "lr_std",
                                "train_loss_mean", "train_loss_std"]
     assert len(g) == 14 and (g["runs"] == 1).all() and (g["n"] == 2).all() and (g["seeds"] == "0,1").all()
     # In the study's order: the window's cells first, distances 1 then 2, MQAR after the agreement tasks.
@@ -196,41 +212,52 @@ def test_a_seed_two_runs_of_one_config_both_hold_counts_once(home):
     assert g["accuracy_std"].iloc[0] == pytest.approx(statistics.stdev(accs.values()))
 
 
-def test_a_version_1_store_migrates_to_2_keeping_its_rows(home, monkeypatch, tiny):
-    old = RunDir.for_id(run_id_for("dilution", {"vocab": 16}, 0))
-    old.create("dilution", {"vocab": 16}, 0)
-    old.append_events([{"seq": 0, "step": 1, "metrics": {"loss": 2.5}}])
-    old.write_status(state="done")
-    old.write_result({"summary": {"a": 1}, "tables": {"dilution_accuracy": [
-        {"feature": "word", "lag": 2, "accuracy": 0.75, "chance": 0.0625}]}})
-    with monkeypatch.context() as release_1:
-        # The store as the release before this table wrote it: the first migration only.
-        release_1.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-        release_1.setattr(schema, "RESULT_TABLES", {k: v for k, v in schema.RESULT_TABLES.items()
-                                                    if k != "boundary_accuracy"})
+def _older_boundary_result(result: dict) -> dict:
+    """``result`` as a run made before the exclusion floor, the dev curve and recall against state wrote it."""
+    rows = [{k: v for k, v in r.items() if k not in ("exclusion_floor", "d")}
+            for r in result["tables"]["boundary_accuracy"]]
+    return {"summary": {"cells": len(rows)}, "tables": {"boundary_accuracy": rows}}
+
+
+def test_a_version_2_store_migrates_to_3_keeping_its_rows(home, monkeypatch, tiny):
+    """A store written by the release before M003 holds an older boundary run; today's code upgrades the
+    file on open (its rows kept, the new columns null), and takes today's run and an older run's
+    result folder beside it."""
+    cfg, events, result = tiny
+    older = _older_boundary_result(result)
+    old = write_run(cfg, events, older, seed=5)
+    new_columns = {"exclusion_floor", "d"}
+    with monkeypatch.context() as release_2:
+        # The store as the release before this migration wrote it: two migrations, the map's first form.
+        release_2.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+        release_2.setattr(schema, "RESULT_TABLES", {
+            "boundary_accuracy": tuple(c for c in schema.RESULT_TABLES["boundary_accuracy"]
+                                       if c.name not in new_columns),
+            **{k: v for k, v in schema.RESULT_TABLES.items() if not k.startswith("boundary")}})
         assert ingest()["errors"] == []
     conn = duckdb.connect(str(store_path()), read_only=True)
     try:
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (1,)
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (2,)
         names = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        assert "dilution_accuracy" in names and "boundary_accuracy" not in names
+        assert "boundary_accuracy" in names and "boundary_dev_curve" not in names
+        assert conn.execute("SELECT count(*) FROM boundary_accuracy").fetchone() == (28,)
     finally:
         conn.close()
 
-    # A reader of today's code upgrades it first, and every row of the older file is still there.
     with open_store(readonly=True) as conn:
         assert conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall() == [
-            (1, "m001_initial"), (2, "m002_boundary")]
-        assert conn.execute("SELECT run_id, kind, summary FROM runs").fetchall() == [
-            (old.run_id, "dilution", '{"a":1}')]
-        assert conn.execute("SELECT key, value FROM metrics").fetchall() == [("loss", 2.5)]
-        assert conn.execute("SELECT feature, lag, accuracy, chance FROM dilution_accuracy").fetchall() == [
-            ("word", 2, 0.75, 0.0625)]
-        assert conn.execute("SELECT count(*) FROM boundary_accuracy").fetchone() == (0,)
+            (1, "m001_initial"), (2, "m002_boundary"), (3, "m003_boundary_curves")]
     report = check()
-    assert report["ok"] and report["schema_version"] == 2 and report["tables"]["boundary_accuracy"] == 0
-    # The upgraded store takes a boundary run beside the older one.
-    cfg, events, result = tiny
-    write_run(cfg, events, result)
-    assert ingest()["errors"] == [] and len(boundary_accuracy()) == 28
-    assert sorted(list_runs()["kind"]) == ["boundary", "dilution"]
+    assert report["ok"] and report["schema_version"] == 3
+    assert report["tables"]["boundary_dev_curve"] == report["tables"]["boundary_recall_state"] == 0
+    df = boundary_accuracy([old.run_id])
+    assert len(df) == 28 and df["exclusion_floor"].isna().all() and df["d"].isna().all()
+    assert boundary_dev_curve([old.run_id]).empty and boundary_recall_state([old.run_id]).empty
+    # Today's run beside it; an older run's result, ingested only now, goes in as the older did.
+    new = write_run(cfg, events, result, seed=0)
+    late = write_run({**cfg, "steps_note": 1}, events, older, seed=7)
+    assert ingest()["errors"] == []
+    assert len(boundary_accuracy([new.run_id])) == 28 and boundary_accuracy([new.run_id])["d"].eq(16).all()
+    assert len(boundary_dev_curve([new.run_id])) == len(result["tables"]["boundary_dev_curve"])
+    assert len(boundary_accuracy([late.run_id])) == 28 and boundary_dev_curve([late.run_id]).empty
+    assert sorted(list_runs(kind=KIND)["run_id"]) == sorted([old.run_id, new.run_id, late.run_id])

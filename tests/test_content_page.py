@@ -22,7 +22,8 @@ from store.content import lm_ablation, lm_curves, lm_eval, lm_final_losses, lm_r
 from store.export import mean_std
 
 PAGE = "pages/content.py"
-SEEDS = (0, 1)
+SEEDS = (0, 1, 2)  # the fewest a claim is judged on
+N = len(SEEDS)
 SPECS = ("gpt", "linear", "softmax_state", "softmax_tokens")
 VARIANTS = ["GPT", "SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"]
 
@@ -134,16 +135,16 @@ def test_launch_with_no_variant_warns(empty_home, registered):
 def test_curves_draw_one_mean_line_per_variant(runs):
     at = _page()
     assert at.multiselect(key="content_runs").value == runs  # every variant and seed, in variant order
-    assert any("8 run(s) · 4 variant(s) · seeds 0, 1" in c.value for c in at.caption)
+    assert any("12 run(s) · 4 variant(s) · seeds 0, 1, 2" in c.value for c in at.caption)
     # The quick preset's train.lr=auto: one group, and the rate each model recorded having trained at.
     assert any("`train.lr = auto`" in c.value and "GPT 0.003; SPEN 0.01" in c.value for c in at.caption)
     spec, data = _curves(at)
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "line"]  # faint seeds, then means
     means = data[data["line"] == "mean"]
-    assert list(dict.fromkeys(means["variant"])) == VARIANTS and (means["n"] == 2).all()
+    assert list(dict.fromkeys(means["variant"])) == VARIANTS and (means["n"] == N).all()
     assert set(data.loc[data["line"] != "mean", "line"]) == set(runs)
     # The mean line is the mean across seeds of the store's validation losses (no smoothing).
-    raw = lm_curves(runs[2:4], "val/loss")
+    raw = lm_curves(runs[N:2 * N], "val/loss")
     expected = raw.groupby("step")["value"].mean()
     got = means[means["variant"] == "SPEN linear"].set_index("step")["value"]
     assert got.to_dict() == pytest.approx(expected.to_dict())
@@ -159,10 +160,10 @@ def test_smoothing_changes_the_plotted_values(runs):
     ok(at.run())
     spec, after = _curves(at)
     assert "EMA 0.9" in json.dumps(spec["title"])
-    pick = (after["line"] == runs[2])
-    raw = lm_curves(runs[2], "val/loss")["value"].to_numpy()
+    pick = (after["line"] == runs[N])
+    raw = lm_curves(runs[N], "val/loss")["value"].to_numpy()
     assert after.loc[pick, "value"].to_numpy() == pytest.approx(smooth_ema(raw, 0.9))
-    assert before.loc[before["line"] == runs[2], "value"].to_numpy() == pytest.approx(raw)
+    assert before.loc[before["line"] == runs[N], "value"].to_numpy() == pytest.approx(raw)
     # The first point starts the average; the later ones move.
     b, a = (f[f["line"] == "mean"].reset_index(drop=True) for f in (before, after))
     first = b.groupby("variant")["step"].transform("min") == b["step"]
@@ -199,13 +200,13 @@ def test_log_axes_and_tokens_switch_the_scales(runs):
 def test_final_table_holds_the_store_numbers(runs):
     at = _page()
     table = _table(at, "perplexity ÷ GPT").set_index("variant")
-    assert list(table.index) == VARIANTS and (table["seeds"] == 2).all()
+    assert list(table.index) == VARIANTS and (table["seeds"] == N).all()
     ev = lm_eval(runs, split="val").set_index("run_id")
-    lin = ev.loc[runs[2:4]]
+    lin = ev.loc[runs[N:2 * N]]
     assert table.loc["SPEN linear", "perplexity"] == mean_std(lin["ppl"].mean(), lin["ppl"].std(ddof=1), 1)
     assert table.loc["SPEN linear", "bits per byte"] == mean_std(lin["bpb"].mean(), lin["bpb"].std(ddof=1))
     # Per seed: SPEN ÷ the GPT of the same seed.
-    ratio = lin["ppl"].to_numpy() / ev.loc[runs[0:2], "ppl"].to_numpy()
+    ratio = lin["ppl"].to_numpy() / ev.loc[runs[0:N], "ppl"].to_numpy()
     assert table.loc["SPEN linear", "perplexity ÷ GPT"] == mean_std(ratio.mean(), ratio.std(ddof=1), 2)
     assert table.loc["GPT", "perplexity ÷ GPT"] == ""
     assert table.loc["GPT", "params"] == lm_runs(runs[0])["params"].iloc[0]
@@ -223,10 +224,10 @@ def test_the_paper_table_holds_260_and_33_beside_ours(runs):
     assert table.loc["GPT perplexity", "ours"] == final.loc["GPT", "perplexity"]
     ratio = table.loc["Perplexity, SPEN ÷ GPT"]
     assert ratio["paper"].startswith("7.9") and "8×" in ratio["paper"]
-    assert ratio["ours"] == final.loc["SPEN linear", "perplexity ÷ GPT"] and ratio["seeds"] == 2
+    assert ratio["ours"] == final.loc["SPEN linear", "perplexity ÷ GPT"] and ratio["seeds"] == N
     assert table.loc["Bits per byte, SPEN ÷ GPT", "ours"] == final.loc["SPEN linear", "bits per byte ÷ GPT"]
     claim = table.loc["Predictor ablation: attention predictors reading the state against SPEN linear"]
-    assert claim["paper"] == "identical" and claim["seeds"] == 2
+    assert claim["paper"] == "identical" and claim["seeds"] == N
     verdict = ablation_verdict(lm_final_losses(runs).to_dict("records"))
     assert claim["ours"] == verdict.word  # a verdict by the rule, not a bare number
     assert "power check" in " ".join(table.index)
@@ -242,15 +243,15 @@ def test_the_ablation_chart_and_tables(runs):
     assert set(zip(points["predictor"], points["attn_input"])) == {
         ("linear", "current trace state"), ("softmax attention", "current trace state"),
         ("softmax attention", "raw tokens (control)")}
-    assert (points["n"] == 2).all() and points["std"].notna().all()
+    assert (points["n"] == N).all() and points["std"].notna().all()
     assert any("loss" in d.columns and d["label"].iloc[0].startswith("GPT") for d in datasets)  # the reference
     grid = _table(at, "raw tokens (control)").set_index("predictor")
     ev = lm_eval(runs, split="val").set_index("run_id")["loss"]
-    tokens = ev.loc[runs[6:8]]
+    tokens = ev.loc[runs[3 * N:4 * N]]
     assert grid.loc["softmax attention", "raw tokens (control)"] == mean_std(tokens.mean(), tokens.std(ddof=1))
     assert grid.loc["linear", "raw tokens (control)"] == ""  # the linear predictor reads the state only
     spread = _table(at, "nats/token").set_index("measure")
-    per_seed = [abs(ev[runs[2 + s]] - ev[runs[4 + s]]) for s in SEEDS]
+    per_seed = [abs(ev[runs[N + s]] - ev[runs[2 * N + s]]) for s in SEEDS]
     # One number of decimals for the whole column (every measure of lm_ablation), from its largest mean.
     assert spread.iloc[0]["nats/token"] == mean_std(np.mean(per_seed), np.std(per_seed, ddof=1),
                                                     column_decimals(lm_ablation(runs)["value_mean"]))
@@ -276,11 +277,11 @@ def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
     # Recomputed here from the store's per-run losses, by the rule as the page states it: Δ within
     # each seed, then its mean and sample std across the seeds.
     ev = lm_eval(runs, split="val").set_index("run_id")["loss"]
-    linear, state, tokens = (ev.loc[runs[i:i + 2]].to_numpy() for i in (2, 4, 6))
+    linear, state, tokens = (ev.loc[runs[i:i + N]].to_numpy() for i in (N, 2 * N, 3 * N))
 
     def judged(a, b):
-        d = a - b  # the runs are in seed order: seed 0, then seed 1
-        return d.mean(), VERDICT_K * d.std(ddof=1), bool(abs(d.mean()) >= VERDICT_K * d.std(ddof=1))
+        d = a - b  # the runs are in seed order: seed 0, 1, 2
+        return d.mean(), VERDICT_K * d.std(ddof=1), bool(abs(d.mean()) > VERDICT_K * d.std(ddof=1))
 
     d_claim, t_claim, beyond_claim = judged(state, linear)
     best_state = min((linear, state), key=lambda s: s.mean())
@@ -289,7 +290,7 @@ def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
     assert (claim["comparison"], claim["variant"], claim["against"]) == (
         "claim", "SPEN softmax attention (state)", "SPEN linear")
     assert claim["Δ loss (nats/token)"] == verdict_number(d_claim) and claim["threshold"] == verdict_number(t_claim)
-    assert claim["beyond the spread"] == ("yes" if beyond_claim else "no") and claim["seeds paired"] == 2
+    assert claim["beyond the spread"] == ("yes" if beyond_claim else "no") and claim["seeds paired"] == N
     assert (power["comparison"], power["variant"]) == ("power check", "SPEN softmax attention (tokens)")
     assert power["Δ loss (nats/token)"] == verdict_number(d_power)
     if beyond_claim:
@@ -330,9 +331,11 @@ LIN = ("linear", "state", [5.00, 5.02, 4.98])
     # the control worse than the state readers beyond the spread: no power shown either
     ([LIN, ("softmax_attention", "state", [5.01, 5.03, 4.97]), ("softmax_attention", "tokens", [5.50, 5.52, 5.48])],
      "inconclusive", ["worse than the best state reader"]),
-    # one seed: no spread to compare with
+    # one seed: no spread to compare with; two: fewer than a claim is judged on
     ([("linear", "state", [5.0]), ("softmax_attention", "state", [5.3]), ("softmax_attention", "tokens", [4.0])],
-     "inconclusive", ["share 1 seed(s)", "at least 2 seeds paired"]),
+     "not_judged", ["Not judged: 1 seed paired", "share 1 seed(s)", "at least 3 seeds paired"]),
+    ([("linear", "state", [5.0, 5.1]), ("softmax_attention", "state", [5.3, 5.4]),
+      ("softmax_attention", "tokens", [4.0, 4.1])], "not_judged", ["Not judged: 2 seeds paired", "share 2 seed(s)"]),
     # no control among the runs
     ([LIN, ("softmax_attention", "state", [5.01, 5.03, 4.97])], "inconclusive", ["no raw-token control"]),
     # nothing to compare
@@ -341,29 +344,29 @@ LIN = ("linear", "state", [5.00, 5.02, 4.98])
 ])
 def test_the_ablation_verdict_rule(variants, verdict, words):
     v = ablation_verdict(_runs(variants))
-    assert v.verdict == verdict and v.word == VERDICT_WORDS[verdict]
+    assert v.verdict == verdict and v.word.startswith(VERDICT_WORDS[verdict])  # "not judged: 2 seeds"
     assert v.sentence.lower().startswith(v.word)
     for w in words:
         assert w in v.sentence, (w, v.sentence)
 
 
 def test_the_verdict_pairs_by_seed_within_one_settings_group():
-    # Linear at seeds 0–2, softmax at seeds 1–3: paired on seeds 1 and 2 only.  A pooled comparison
+    # Linear at seeds 0–3, softmax at seeds 1–4: paired on seeds 1, 2 and 3 only.  A pooled comparison
     # would see the seed-to-seed swing (±0.5) and call them within the spread; paired, softmax is
-    # 0.01 worse on both seeds, which is beyond a spread of zero.
+    # 0.01 worse on every seed, which is beyond a spread of zero.
     lin = [dict(model="spen", predictor="linear", attn_input="state", seed=s, loss=loss, group_id="g")
-           for s, loss in ((0, 9.0), (1, 5.0), (2, 5.5))]
+           for s, loss in ((0, 9.0), (1, 5.0), (2, 5.5), (3, 6.0))]
     soft = [dict(model="spen", predictor="softmax_attention", attn_input="state", seed=s, loss=loss, group_id="g")
-            for s, loss in ((1, 5.01), (2, 5.51), (3, 1.0))]
+            for s, loss in ((1, 5.01), (2, 5.51), (3, 6.01), (4, 1.0))]
     (claim,) = ablation_verdict(lin + soft).comparisons
-    assert claim.delta.n == 2 and claim.delta.mean == pytest.approx(0.01) and claim.beyond
+    assert claim.delta.n == 3 and claim.delta.mean == pytest.approx(0.01) and claim.beyond
     # The same seed of other settings (another group) never pairs.
     elsewhere = [{**r, "group_id": "h"} for r in soft]
     (claim,) = ablation_verdict(lin + elsewhere).comparisons
     assert claim.delta.n == 0 and claim.beyond is None
     # Two runs of one variant, seed and group (a setting that changes no number, say threads) are averaged.
     twice = lin + soft + [{**soft[0], "loss": 5.03}]
-    assert ablation_verdict(twice).comparisons[0].delta.mean == pytest.approx((0.02 + 0.01) / 2)
+    assert ablation_verdict(twice).comparisons[0].delta.mean == pytest.approx((0.02 + 0.01 + 0.01) / 3)
 
 
 def test_verdict_comparisons():
@@ -381,14 +384,14 @@ def test_verdict_comparisons():
                                                    ("softmax_attention", "tokens", [4.50, 4.51, 4.49])])
                                             ).verdict == "reproduced"
     # seeds that agree exactly are not "beyond" each other at Δ = 0
-    same = ablation_verdict(_runs([("linear", "state", [5.0, 5.0]), ("softmax_attention", "state", [5.0, 5.0]),
-                                   ("softmax_attention", "tokens", [4.0, 4.0])]))
+    same = ablation_verdict(_runs([("linear", "state", [5.0] * 3), ("softmax_attention", "state", [5.0] * 3),
+                                   ("softmax_attention", "tokens", [4.0] * 3)]))
     assert same.comparisons[0].beyond is False and same.verdict == "reproduced"
 
 
 def test_one_seed_and_no_pick(runs):
     at = _page()
-    at.multiselect(key="content_runs").set_value(runs[::2])  # seed 0 of each variant
+    at.multiselect(key="content_runs").set_value(runs[::N])  # seed 0 of each variant
     ok(at.run())
     table = _table(at, "perplexity ÷ GPT")
     assert (table["seeds"] == 1).all() and not table["perplexity"].str.contains("±").any()

@@ -666,28 +666,38 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
 def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_home, chromium_browser):
     from playwright.sync_api import expect
 
-    from boundary_fixture import make_boundary_runs
-    from ema_core.boundary_findings import claim_verdicts
+    from boundary_fixture import TINY, make_boundary_runs
+    from ema_core.boundary_findings import RECALL_LEVEL, claim_verdicts, reach_of
+    from ema_core.experiments import build_config
     from store.boundary import boundary_accuracy
 
-    # One run of the experiment itself at tiny sizes (two seeds inside it): what a real run writes.
-    run_ids = make_boundary_runs(emalab_home, (0,))
-    verdicts = claim_verdicts(boundary_accuracy(run_ids, home=emalab_home))
+    # One run of the experiment itself at tiny sizes, with two seeds inside it: what a real run writes,
+    # and fewer seeds than a claim is judged on, so the page says "not judged: 2 seeds".
+    run_ids = make_boundary_runs(emalab_home, (0,), overrides={"seeds": 2})
+    body = build_config("boundary", overrides={**TINY, "seeds": 2}).model_dump(mode="json")["model"]
+    verdicts = claim_verdicts(boundary_accuracy(run_ids, home=emalab_home), reach=reach_of(body))
+    assert any(v.word == "not judged: 2 seeds" for v in verdicts)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 3600}, accept_downloads=True)
     try:
         page.goto(app_url + "/boundary")
         page.get_by_role("heading", name="Boundary map", exact=True).wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 3)  # the map, the crossing, MQAR
+        _wait_for_charts(page, 3)  # the map, the crossing, recall against state size
         charts = page.locator(CHARTS)
         expect(charts.nth(0)).to_contain_text("The boundary map", timeout=WAIT_MS)
         expect(charts.nth(0)).to_contain_text("softmax")
+        expect(charts.nth(0)).to_contain_text("exclusion floor")  # the colour's base, and f under each accuracy
         expect(charts.nth(1)).to_contain_text("Structure against content")
         expect(charts.nth(1)).to_contain_text("window_k")  # the floor, in the legend like every mixer
         expect(charts.nth(2)).to_contain_text("MQAR recall against state size")
+        expect(charts.nth(2)).to_contain_text(f"smallest state reaching {RECALL_LEVEL:g}")
+        page.get_by_text(f"The smallest state reaching {RECALL_LEVEL:g}", exact=True).wait_for(timeout=WAIT_MS)
         page.get_by_role("heading", name="The paper's hierarchy and the measured one").wait_for(timeout=WAIT_MS)
-        for v in verdicts:  # each claim's sentence, its verdict word at its end
+        page.get_by_text("The paper's claims", exact=False).first.wait_for(timeout=WAIT_MS)
+        page.get_by_text("Sanity checks", exact=False).first.wait_for(timeout=WAIT_MS)
+        for v in verdicts:  # each claim's and each check's sentence, its verdict word at its end
             expect(page.get_by_text(v.sentence, exact=True)).to_be_visible(timeout=WAIT_MS)
+        expect(page.get_by_text("not judged: 2 seeds").first).to_be_visible()
         page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
         page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)

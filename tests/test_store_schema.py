@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Liveness only: how long a wait for something that must happen may last before the test gives up.
 PATIENCE = 600
 ALL_TABLES = {"emalab_meta", "schema_migrations", "runs", "metrics", "ingest_state", "dilution_accuracy",
-              "probe_accuracy", "lm_eval", "bench_figures", "boundary_accuracy"}
-RELEASED = [(1, "m001_initial"), (2, "m002_boundary")]
+              "probe_accuracy", "lm_eval", "bench_figures", "boundary_accuracy", "boundary_dev_curve",
+              "boundary_recall_state"}
+RELEASED = [(1, "m001_initial"), (2, "m002_boundary"), (3, "m003_boundary_curves")]
 NEXT = len(RELEASED) + 1  # the version a test's own migration takes
 
 
@@ -55,7 +56,7 @@ def test_first_write_creates_every_table_and_records_the_migration(home):
         assert tables(conn) == ALL_TABLES
         assert conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall() == RELEASED
         assert conn.execute("SELECT value FROM emalab_meta WHERE key = 'app'").fetchone() == ("emalab",)
-    assert schema.SCHEMA_VERSION == schema.MIGRATIONS[-1].version == 2
+    assert schema.SCHEMA_VERSION == schema.MIGRATIONS[-1].version == len(RELEASED)
     versions = [m.version for m in schema.MIGRATIONS]
     assert versions == sorted(versions) == list(range(1, len(versions) + 1))
 
@@ -65,7 +66,7 @@ def test_reopening_is_idempotent(home):
         with open_store(readonly=False) as conn:
             assert migrate(conn) == []
     with open_store(readonly=True) as conn:
-        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone() == (len(RELEASED),)
 
 
 def _m_next():
@@ -88,8 +89,8 @@ def test_an_older_file_is_migrated_on_open(home, monkeypatch):
 
 
 def test_migrate_store_reports_what_it_applied(home, monkeypatch):
-    assert migrate_store() == {"path": str(store_path()), "applied": ["m001_initial", "m002_boundary"],
-                               "schema_version": 2}
+    assert migrate_store() == {"path": str(store_path()), "applied": [name for _, name in RELEASED],
+                               "schema_version": len(RELEASED)}
     assert migrate_store()["applied"] == []
     monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m_next()))
     assert migrate_store()["applied"] == ["m_next_test_notes"]
@@ -106,7 +107,7 @@ def test_a_failing_migration_rolls_back_whole(home, monkeypatch):
     monkeypatch.undo()
     with open_store(readonly=True) as conn:
         assert "half_done" not in tables(conn)
-        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (2,)
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (len(RELEASED),)
 
 
 @pytest.mark.parametrize("readonly", [True, False])
@@ -114,7 +115,7 @@ def test_a_newer_file_is_refused_and_left_untouched(home, readonly):
     with open_store(readonly=False) as conn:
         conn.execute("INSERT INTO schema_migrations VALUES (7, 'm007_future', now())")
     before = snapshot(home)
-    with pytest.raises(StoreVersionError, match=r"newer EMA Lab \(schema 7 > 2\).*EMALAB_HOME"):
+    with pytest.raises(StoreVersionError, match=rf"newer EMA Lab \(schema 7 > {len(RELEASED)}\).*EMALAB_HOME"):
         with open_store(readonly=readonly):
             pass
     assert snapshot(home) == before
@@ -176,7 +177,7 @@ def test_check_reports_counts_and_orphans(home):
     rd.append_events([{"seq": 0, "step": 0, "metrics": {"x": 1.0}}])
     ingest()
     report = check()
-    assert report["ok"] and report["schema_version"] == 2
+    assert report["ok"] and report["schema_version"] == len(RELEASED)
     assert report["tables"]["runs"] == 1 and report["tables"]["metrics"] == 1
     assert report["migrations"][0]["name"] == "m001_initial"
     with open_store(readonly=False) as conn:

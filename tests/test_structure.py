@@ -146,15 +146,19 @@ def test_the_word_keyed_control_is_memorised_and_the_context_keyed_ones_are_hard
 def test_the_verdict_rule():
     assert judge(Spread(0.05, 0.01, 3)) == "reproduced"
     assert judge(Spread(-0.05, 0.01, 3)) == "not_reproduced"
-    assert judge(Spread(0.0, 0.0, 5)) == "not_reproduced"  # equal on every seed: the claimed gain is absent
+    assert judge(Spread(0.0, 0.0, 5)) == "inconclusive"  # equal on every seed: the test rejects neither side
     assert judge(Spread(0.01, 0.01, 3)) == "inconclusive"  # within 2 × std
-    assert judge(Spread(0.3, float("nan"), 1)) == "inconclusive"  # one seed: no spread
-    assert judge(Spread(0.02, 0.01, 2)) == "reproduced"  # exactly at the threshold counts
+    assert judge(Spread(0.02, 0.01, 3)) == "inconclusive"  # exactly at the threshold is not beyond it
+    assert judge(Spread(0.0201, 0.01, 3)) == "reproduced"
+    assert judge(Spread(0.3, float("nan"), 1)) == "not_judged"  # one seed: no spread
+    assert judge(Spread(0.05, 0.001, 2)) == "not_judged"  # two seeds: a spread, but fewer than a claim needs
     assert spread([0.1, None, 0.3]) == Spread(pytest.approx(0.2), pytest.approx(0.1414213562), 2)
     # A level claim (SPCN / BiGRU ≥ 0.96) is judged on ratio − 0.96.
     level = next(c for c in CLAIMS if c.measure == "spcn_over_bigru")
     (v,) = [v for v in claim_verdicts({"spcn_over_bigru": Spread(0.994, 0.002, 5)}) if v.claim is level]
     assert v.verdict == "reproduced" and v.delta.mean == pytest.approx(0.034)
+    (v,) = [v for v in claim_verdicts({"spcn_over_bigru": Spread(0.994, 0.002, 2)}) if v.claim is level]
+    assert v.verdict == "not_judged" and v.word == "not judged: 2 seeds" and v.sentence.endswith("— not judged: 2 seeds.")
     missing = claim_verdicts({})
     assert {v.verdict for v in missing} == {"inconclusive"} and "not measured" in missing[0].sentence
 
@@ -202,7 +206,7 @@ def test_the_paper_table_lists_every_paper_number_with_ours_where_the_runs_have_
     by = {p.measure: r for p, r in zip(PAPER, rows)}
     assert by["within_traces"]["ours_mean"] == 0.95 and by["within_traces"]["seeds"] == 3
     assert by["within_traces"]["verdict"] == ""  # a number, not one of the claims
-    assert by["spcn_over_bigru"]["verdict"] == "inconclusive"  # one seed: no spread
+    assert by["spcn_over_bigru"]["verdict"] == "not judged: 1 seed"  # fewer seeds than a claim is judged on
     lacking = by["within_instantaneous"]
     assert math.isnan(lacking["ours_mean"]) and lacking["seeds"] == 0
     assert lacking["ours measured as"].endswith("— not in these runs")

@@ -219,9 +219,11 @@ def test_one_seed_draws_no_error_bars(runs):
     assert (roles["n"] == 1).all() and roles["std"].isna().all()
     table = _table(at, "paper")
     assert not table["ours"].str.contains("±").any() and (table["seeds"] == 1).all()
-    # One seed has no spread: every claim is inconclusive, and the sentences say why.
-    assert set(table["verdict"]) == {"", "inconclusive"}
-    assert any("one seed" in m.value for m in at.markdown)
+    # One seed: no claim is judged (fewer than 3 seeds), and the table, the boxes and the sentences say so.
+    assert set(table["verdict"]) == {"", "not judged: 1 seed"}
+    assert any("not judged: 1 seed" in m.value for m in at.markdown)
+    assert at.info and all(b.value.endswith("— not judged: 1 seed.") for b in at.info if "Δ =" in b.value)
+    assert not [b for b in [*at.success, *at.error, *at.warning] if "Δ =" in b.value]
     at.multiselect(key="structure_runs").set_value([])
     ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)

@@ -1,36 +1,64 @@
 """The boundary map: every context mixer on every task, distance by distance (:mod:`ema_core.boundary`).
 
-One run is a grid of cells (mixer × task × difficulty × seed).  A cell trains the small model of
-:mod:`ema_core.mixers.model` (2 layers, d = 64: the same body around each mixer) once per learning
-rate of ``train.lrs``, keeps the rate whose model scores best on the dev split, and reports that
-model's test accuracy.  Cells are independent and each is a pure function of (config, seed, cell):
-a run resumes cell by cell (a cancel keeps the cells done; the cell it interrupted starts again).
+One run is a grid of cells (mixer × task × difficulty × seed, and for recall against state size
+mixer × MQAR size × width × seed).  A cell trains the small model of :mod:`ema_core.mixers.model`
+(2 layers, d = 64, a short causal conv before each mixer: the same body around each) once per
+learning rate of ``train.lrs``, scores every rate on dev every ``train.eval_every`` steps, keeps the
+rate best on dev at ``choose_at`` of the steps (the end by default, never before half way), and
+reports that model's test accuracy.  Cells are independent and each is a pure function of (config,
+seed, cell): a run resumes cell by cell (a cancel keeps the cells done; the cell it interrupted
+starts again).  Before any cell trains, every mixer of the config is probed for causality
+(:mod:`ema_core.mixers.causality`): a mixer that reads ahead is refused, not mapped.
 
-Result rows (``boundary_accuracy``): mixer, task, difficulty, level (k, or MQAR's pairs), seq_len,
-seed, accuracy (test), dev_accuracy, chance, lr (chosen on dev), state_floats, params.  The summary
-holds ``cells``, ``seconds`` and the map as nested objects: ``map`` {mixer: {task: {difficulty:
-accuracy}}} (mean over seeds), ``chance`` {task: value}, ``state_floats`` {mixer: floats per
-sequence at the agreement tasks' length}; ``tuned_on`` says where the rates were chosen.
+Result tables:
+
+* ``boundary_accuracy`` (the map, at the body's width): mixer, task, difficulty, level (k, or MQAR's
+  pairs), seq_len, seed, accuracy (test), dev_accuracy, chance, exclusion_floor (the best accuracy
+  reachable without the position the label is about: :func:`ema_core.boundary.exclusion_floor`),
+  lr (chosen on dev), train_loss, state_floats, params, d (the model width);
+* ``boundary_dev_curve``: every rate's dev accuracy at every evaluation of every cell (mixer, task,
+  difficulty, seed, d, lr, step, dev_accuracy);
+* ``boundary_recall_state``: MQAR for each recurrent mixer at each of ``recall_widths``, softmax and
+  the window at the body's width beside them (mixer, difficulty, d, seed, accuracy, dev_accuracy,
+  chance, lr, state_floats, params); the map's own cell is the one at the body's width.
+
+The summary holds ``cells``, ``seconds`` and the map as nested objects: ``map`` {mixer: {task:
+{difficulty: accuracy}}} (mean over seeds), ``chance`` {task: value}, ``state_floats`` {mixer: floats
+per sequence at the agreement tasks' length}, ``recall_vs_state`` {mixer: {state floats: MQAR
+accuracy}} (mean over seeds and MQAR sizes); ``tuned_on`` says where the rates were chosen.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.boundary import Difficulty, TaskConfig, Trainer, accuracy, chance, make_data, task_seed
+from ema_core.boundary import (Difficulty, TaskConfig, Trainer, accuracy, chance, exclusion_floor, make_data,
+                               mqar_fits, task_seed)
 from ema_core.boundary_findings import TASKS, TaskName
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
 
 KIND = "boundary"
-CHECKPOINT_FORMAT = 1
+# 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone).
+CHECKPOINT_FORMAT = 2
+# The reference points of recall against state size, at the body's width only: the window keeps
+# nothing past its reach and softmax keeps the whole sequence, so neither has a state to vary.  The
+# trace sequence's attention (ema3_seq) keeps a sequence too: it is not among them.  Every other
+# mixer, a bring-your-own one included, is taken as recurrent: its state is set by its width.
+RECALL_REFERENCES = ("window_k", "softmax")
+NOT_RECURRENT = (*RECALL_REFERENCES, "ema3_seq")
 
 
 class BoundaryModelConfig(BaseModel):
@@ -42,12 +70,21 @@ class BoundaryModelConfig(BaseModel):
     layers: int = Field(2, ge=1, le=24, description="mixer + MLP blocks")
     window: int = Field(4, ge=1, le=256, description="the window mixer's width: the inputs each of its layers sees")
     positions: bool = Field(True, description="add fixed sinusoidal position codes to the embeddings (every mixer)")
+    conv: int = Field(3, ge=0, le=8, description="width of the short causal depthwise conv before each mixer "
+                                                 "(0: none; else 2 to 8)")
 
     @field_validator("d")
     @classmethod
     def _heads(cls, v: int) -> int:
         if v % 4:
             raise ValueError(f"d must be divisible by 4 (the attention mixers' heads), got {v}")
+        return v
+
+    @field_validator("conv")
+    @classmethod
+    def _conv(cls, v: int) -> int:
+        if v == 1:  # a width-1 conv is a per-channel scale: no memory, only a second name for "off"
+            raise ValueError("0 (no conv) or a width of 2 to 8, got 1")
         return v
 
 
@@ -57,12 +94,22 @@ class BoundaryTrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     steps: int = Field(400, ge=1, le=1_000_000, description="gradient steps per model")
+    # Recall is learned late and at once (an induction circuit forms, then accuracy jumps): MQAR
+    # needs several times the steps the agreement and lag tasks need to settle.
+    mqar_steps: int | None = Field(None, ge=1, le=1_000_000, description="gradient steps per model on MQAR "
+                                                                         "(none: steps)")
     batch: int = Field(32, ge=1, le=65_536, description="sequences per step, drawn with replacement")
-    lrs: tuple[float, ...] = Field((1e-3, 3e-3, 1e-2), min_length=1, max_length=8,
+    # Log-spaced: a recurrent mixer trains in a narrow window of rates, and a grid with one point
+    # per half-decade finds it where a grid of two does not.
+    lrs: tuple[float, ...] = Field((3e-4, 1e-3, 3e-3, 1e-2), min_length=1, max_length=8,
                                    description="learning rates tried per cell; the one best on dev is kept")
     warmup: int = Field(20, ge=0, le=1_000_000, description="steps of linear warm-up")
-    choose_at: float = Field(0.25, gt=0, le=1, description="fraction of the steps after which the rate best on "
-                                                           "dev is kept and the others stop")
+    # Not before half way: early on every rate can still be at chance (a quarter of the way kept a
+    # rate that ends far below another on MQAR), and a large rate leads early and falls behind.
+    choose_at: float = Field(1.0, ge=0.5, le=1, description="fraction of the steps at which the rate best on dev "
+                                                            "is kept and the others stop (1: at the end)")
+    eval_every: int = Field(100, ge=1, le=1_000_000, description="steps between the dev evaluations of every rate "
+                                                                 "(each is also scored where it stops)")
 
     @field_validator("lrs")
     @classmethod
@@ -86,7 +133,10 @@ class BoundaryConfig(BaseModel):
                                        description="k of the agreement and lag tasks")
     mqar_pairs: tuple[int, ...] = Field((4, 8, 16, 32), max_length=16, description="MQAR's key-value pairs")
     mqar_len: tuple[int, ...] = Field((64, 128, 256), max_length=8,
-                                      description="MQAR's sequence lengths (a size runs where 2·pairs < T)")
+                                      description="MQAR's sequence lengths (a size runs where 4·pairs ≤ T)")
+    recall_widths: tuple[int, ...] = Field((32, 64, 128), max_length=8,
+                                           description="model widths of recall against state size (MQAR, each "
+                                                       "recurrent mixer; none: not measured)")
     seeds: int = Field(1, ge=1, le=32, description="seeds per cell: seed, seed + 1, …")
     # How many cells train at once, each in its own process on one thread: a small model gains more
     # from a second process than from a second thread (measured in docs/benchmarks.md).  Every cell
@@ -97,6 +147,19 @@ class BoundaryConfig(BaseModel):
     model: BoundaryModelConfig = BoundaryModelConfig()
     train: BoundaryTrainConfig = BoundaryTrainConfig()
     seed: int = seed_field("first seed of the tasks' data, the models' initialisation and their minibatches")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_mqar_keys(cls, v):
+        # Runs made before MQAR's vocabulary was a setting stored ``data.mqar_keys`` K: keys 1..K and
+        # values K+1..2K after token 0, a vocabulary of 2K + 1.  Read in today's terms (an even
+        # vocabulary whose first half, less token 0, holds the keys) as 2K + 2, the one with K keys,
+        # so that their stored config still loads (a run folder's config is never rewritten).
+        data = v.get("data") if isinstance(v, dict) else None
+        if isinstance(data, dict) and "mqar_keys" in data and "mqar_vocab" not in data:
+            rest = {key: value for key, value in data.items() if key != "mqar_keys"}
+            v = {**v, "data": {**rest, "mqar_vocab": 2 * int(data["mqar_keys"]) + 2}}
+        return v
 
     @field_validator("device")
     @classmethod
@@ -118,17 +181,26 @@ class BoundaryConfig(BaseModel):
             raise ValueError("every value must be a positive integer")
         return _listed(v)
 
+    @field_validator("recall_widths")
+    @classmethod
+    def _widths(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v:  # none: recall against state size is not measured
+            return v
+        if any(w < 4 or w % 4 for w in v):
+            raise ValueError("every width must be a multiple of 4 (the attention mixers' heads), at least 4")
+        return _listed(v)
+
     @model_validator(mode="after")
     def _fits(self) -> "BoundaryConfig":
         T = self.data.seq_len
         if any(k >= T for k in self.distances):
             raise ValueError(f"distances: every k must be below data.seq_len ({T}), got {list(self.distances)}")
         if "mqar" in self.tasks:
-            if not mqar_sizes(self):
-                raise ValueError(f"mqar: no size with 2·pairs < T among mqar_pairs {list(self.mqar_pairs)} and "
-                                 f"mqar_len {list(self.mqar_len)}")
-            if max(self.mqar_pairs) > self.data.mqar_keys:
-                raise ValueError(f"mqar_pairs: at most data.mqar_keys ({self.data.mqar_keys}) pairs")
+            _check_mqar_sizes(self.mqar_pairs, self.mqar_len)
+            keys = mqar_keys(self.data)
+            if max(self.mqar_pairs) > keys:
+                raise ValueError(f"mqar_pairs: at most {keys} pairs, the keys of data.mqar_vocab "
+                                 f"({self.data.mqar_vocab}), got {max(self.mqar_pairs)}")
         return self
 
 
@@ -143,8 +215,29 @@ def _listed(v: tuple) -> tuple:
     return v
 
 
+def _check_mqar_sizes(pairs: tuple[int, ...], lens: tuple[int, ...]) -> None:
+    """The MQAR sizes run are every (pairs, T) of the two lists with 4·pairs ≤ T (zoology's bound: the
+    key–value block takes at most half the sequence, and each of its keys is queried once after it).
+    Every value given must run somewhere: a pair count no length holds, or a length that holds no
+    pair count, is refused by name rather than dropped from the map."""
+    for p in pairs:
+        if not any(mqar_fits(p, T) for T in lens):
+            raise ValueError(f"mqar_pairs: {p} pairs need T ≥ {4 * p} (4·pairs), and the longest of mqar_len "
+                             f"is {max(lens)}")
+    for T in lens:
+        if not any(mqar_fits(p, T) for p in pairs):
+            raise ValueError(f"mqar_len: T = {T} holds none of mqar_pairs {list(pairs)} (4·pairs ≤ T needs pairs "
+                             f"≤ {T // 4})")
+
+
+def mqar_keys(data: TaskConfig) -> int:
+    """How many keys MQAR draws from: the first half of its vocabulary, less token 0."""
+    return data.mqar_vocab // 2 - 1
+
+
 def mqar_sizes(cfg: BoundaryConfig) -> list[tuple[int, int]]:
-    return [(p, T) for T in cfg.mqar_len for p in cfg.mqar_pairs if 2 * p < T]
+    """The MQAR sizes of the map: every (pairs, T) given with 4·pairs ≤ T, by length then pairs."""
+    return [(p, T) for T in cfg.mqar_len for p in cfg.mqar_pairs if mqar_fits(p, T)]
 
 
 def difficulties(cfg: BoundaryConfig) -> list[Difficulty]:
@@ -158,37 +251,75 @@ def difficulties(cfg: BoundaryConfig) -> list[Difficulty]:
     return out
 
 
-def cells(cfg: BoundaryConfig) -> list[tuple[str, Difficulty, int]]:
-    """Every (mixer, difficulty, seed), seeds outermost: a run cut short holds whole maps first."""
-    seeds = [cfg.seed + i for i in range(cfg.seeds)]
-    return [(m, d, s) for s in seeds for m in cfg.mixers for d in difficulties(cfg)]
+def recall_widths(cfg: BoundaryConfig, mixer: str) -> tuple[int, ...]:
+    """The widths at which ``mixer``'s MQAR recall is set against its state: ``recall_widths`` for a
+    recurrent mixer, the body's width for the references, none for the trace sequence's attention.
+    Nothing without MQAR among the tasks or without widths."""
+    if "mqar" not in cfg.tasks or not cfg.recall_widths or mixer == "ema3_seq":
+        return ()
+    return (cfg.model.d,) if mixer in RECALL_REFERENCES else cfg.recall_widths
+
+
+class Cell(NamedTuple):
+    """One trained cell: a mixer on one difficulty at one seed, in a body ``width`` wide."""
+
+    mixer: str
+    difficulty: Difficulty
+    seed: int
+    width: int
+
+
+def cells(cfg: BoundaryConfig) -> list[Cell]:
+    """Every cell, seeds outermost (a run cut short holds whole maps first); within a seed the map's
+    cells (at the body's width), then recall against state size at the other widths (the map's MQAR
+    cell is that mixer's point at the body's width, not trained twice)."""
+    out: list[Cell] = []
+    recall = [d for d in difficulties(cfg) if d.task == "mqar"]
+    for s in (cfg.seed + i for i in range(cfg.seeds)):
+        out.extend(Cell(m, d, s, cfg.model.d) for m in cfg.mixers for d in difficulties(cfg))
+        out.extend(Cell(m, d, s, w) for m in cfg.mixers for w in recall_widths(cfg, m) if w != cfg.model.d
+                   for d in recall)
+    return out
 
 
 PRESETS: dict[str, dict] = {
-    # The whole map at one seed on 2 CPU cores in under 30 minutes (docs/benchmarks.md): every mixer
-    # and task, 4 distances, 2 MQAR sizes; two learning rates per cell.
-    "quick": {"distances": (1, 2, 4, 8), "mqar_pairs": (4, 16), "mqar_len": (64,), "seeds": 1, "workers": 2,
-              "data.seq_len": 48, "data.n_train": 1024, "data.n_dev": 128, "data.n_test": 256,
-              "train.steps": 600, "train.batch": 32, "train.lrs": (3e-3, 1e-2), "train.warmup": 20},
-    # The whole grid at three seeds, for a GPU (or a long night on a CPU).
-    "full": {"seeds": 3, "train.steps": 2000, "train.batch": 64, "data.n_train": 8192, "data.n_dev": 512,
-             "data.n_test": 1024, "data.seq_len": 128},
+    # The whole map at one seed on 2 CPU cores in under 30 minutes (docs/benchmarks.md; estimated by
+    # `python -m bench.boundary`): every mixer and task; distances 2, 8 and 16, the far two beyond the
+    # window's reach (layers·((window − 1) + (conv − 1)) = 10 tokens), at T = 32; one MQAR size at
+    # zoology's bound (16 pairs, T = 64: softmax at 3e-3 is at 0.99 on dev by step 600), trained
+    # longer than the rest, with recall against state at three widths; four rates per cell, compared
+    # on dev half way.
+    "quick": {"distances": (2, 8, 16), "mqar_pairs": (16,), "mqar_len": (64,), "recall_widths": (16, 32, 64),
+              "seeds": 1, "workers": 2, "data.seq_len": 32, "data.n_dev": 256, "data.n_test": 512,
+              "train.steps": 400, "train.mqar_steps": 1000, "train.choose_at": 0.5, "train.batch": 32,
+              "train.warmup": 20, "train.eval_every": 100},
+    # The whole grid at three seeds, for a GPU (or a long night on a CPU): MQAR as zoology sizes it
+    # (a vocabulary of 8,192, pairs up to T/4), recall against state at every size; rates chosen at
+    # the end.
+    "full": {"seeds": 3, "mqar_pairs": (4, 8, 16, 32, 64), "mqar_len": (64, 128, 256), "data.mqar_vocab": 8192,
+             "train.steps": 2000, "train.mqar_steps": 4000, "train.batch": 64, "train.eval_every": 200,
+             "data.n_dev": 512, "data.n_test": 1024, "data.seq_len": 128},
 }
 
 
 def run(cfg: BoundaryConfig, reporter: Reporter) -> dict:
     t_start = time.perf_counter()
+    check_mixers(cfg)  # before any cell trains, and again on resume: the code may have changed since
     grid = cells(cfg)
     done, elapsed_before = _restore(cfg, reporter)
 
     def elapsed() -> float:
         return elapsed_before + time.perf_counter() - t_start
 
-    def finished(i: int, row: dict) -> None:
-        done[i] = row
-        mixer, d, _ = grid[i]
-        reporter.log(len(done), {f"accuracy/{mixer}/{d.task}/{d.label}": row["accuracy"]})
-        reporter.progress(len(done) / len(grid), f"{len(done)}/{len(grid)} cells: {mixer} · {d.task} {d.label} "
+    def finished(i: int, outcome: dict) -> None:
+        done[i] = outcome
+        cell, row = grid[i], outcome["row"]
+        d = cell.difficulty
+        other_width = cell.width != cfg.model.d  # a cell of recall against state: its width is said
+        reporter.log(len(done), {f"accuracy/{cell.mixer}/{d.task}/{d.label}"
+                                 f"{f'/d={cell.width}' if other_width else ''}": row["accuracy"]})
+        reporter.progress(len(done) / len(grid), f"{len(done)}/{len(grid)} cells: {cell.mixer} · {d.task} {d.label}"
+                                                 f"{f' · d={cell.width}' if other_width else ''} "
                                                  f"→ {row['accuracy']:.3f}")
         if len(done) < len(grid):
             _checkpoint(cfg, reporter, done, elapsed())
@@ -200,19 +331,47 @@ def run(cfg: BoundaryConfig, reporter: Reporter) -> dict:
         _checkpoint(cfg, reporter, done, elapsed())
         raise Cancelled(len(done))
     reporter.progress(1.0, "done")
-    rows = [done[i] for i in range(len(grid))]
-    return {"summary": summarise(cfg, rows, elapsed()), "tables": {"boundary_accuracy": rows}}
+    outcomes = [(grid[i], done[i]) for i in range(len(grid))]
+    rows = [o["row"] for c, o in outcomes if c.width == cfg.model.d]
+    recall = [{key: o["row"][key] for key in RECALL_COLUMNS} for c, o in outcomes
+              if c.difficulty.task == "mqar" and c.width in recall_widths(cfg, c.mixer)]
+    curves = [{"mixer": c.mixer, "task": c.difficulty.task, "difficulty": c.difficulty.label, "seed": c.seed,
+               "d": c.width, **point} for c, o in outcomes for point in o["curve"]]
+    return {"summary": summarise(cfg, rows, elapsed(), recall),
+            "tables": {"boundary_accuracy": rows, "boundary_dev_curve": curves, "boundary_recall_state": recall}}
+
+
+RECALL_COLUMNS = ("mixer", "difficulty", "d", "seed", "accuracy", "dev_accuracy", "chance", "lr", "state_floats",
+                  "params")
+
+
+def check_mixers(cfg: BoundaryConfig) -> None:
+    """Refuse a mixer of the config that is not causal, before any cell trains: the exact probe the
+    tests use (:func:`ema_core.mixers.causality.check_causal`), on the body the map builds around it.
+    A mixer that reads x_{t+1} would score as if it remembered what it only reads ahead."""
+    from ema_core.mixers.causality import check_causal  # with the model, where a run starts
+    from ema_core.mixers.model import MixerNet
+
+    with one_thread():
+        for mixer in cfg.mixers:
+            model = MixerNet.from_settings(mixer, cfg.model, vocab=16, n_classes=2, seed=0)
+            try:
+                check_causal(model)
+            except ValueError as exc:
+                raise ValueError(f"mixers: {exc}; the map trains causal mixers only") from None
 
 
 def _run_serial(cfg, grid, todo, reporter, finished) -> bool:
     with one_thread():
         for i in todo:
-            mixer, d, seed = grid[i]
-            reporter.progress(i / len(grid), f"cell {i + 1}/{len(grid)}: {mixer} · {d.task} {d.label} · seed {seed}")
-            row = run_cell(cfg, mixer, d, seed, reporter.should_stop)
-            if row is None:
+            cell = grid[i]
+            d = cell.difficulty
+            reporter.progress(i / len(grid), f"cell {i + 1}/{len(grid)}: {cell.mixer} · {d.task} {d.label} · "
+                                             f"seed {cell.seed}")
+            outcome = run_cell(cfg, *cell, should_stop=reporter.should_stop)
+            if outcome is None:
                 return False
-            finished(i, row)
+            finished(i, outcome)
     return True
 
 
@@ -223,14 +382,14 @@ def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
     pool = ProcessPoolExecutor(max_workers=min(cfg.workers, len(todo)), mp_context=ctx, initializer=_worker_init,
-                               initargs=(stop,))
+                               initargs=(stop, os.getpid()))
     futures = {pool.submit(_worker_cell, cfg, *grid[i]): i for i in todo}
     seen = set()  # the futures whose outcome was read (a row goes to ``finished`` once)
 
     def keep(fut) -> None:
         seen.add(fut)
-        if (row := fut.result()) is not None:  # a cell's exception is the run's
-            finished(futures[fut], row)
+        if (outcome := fut.result()) is not None:  # a cell's exception is the run's
+            finished(futures[fut], outcome)
 
     try:
         pending = set(futures)
@@ -263,17 +422,43 @@ def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
 
 
 _STOP = None
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _worker_init(stop) -> None:
+def _worker_init(stop, parent: int) -> None:
     global _STOP
     _STOP = stop
     torch.set_num_threads(1)
+    _die_with(parent)
 
 
-def _worker_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int) -> dict | None:
+def _die_with(parent: int) -> None:
+    """End this worker when the process that started it ends, however it ends.  A parent killed with
+    SIGKILL runs no clean-up: its pool's workers would go on training under PID 1, holding their
+    memory, and a resume would start a new set beside them.  On Linux the kernel sends the worker
+    SIGKILL when its parent dies (PR_SET_PDEATHSIG; the pool is started from the thread that calls
+    ``run``, which outlives it); elsewhere a thread watches the parent.  A parent that died before
+    this ran is seen by the check that follows.  multiprocessing's resource tracker ends by itself
+    once the workers, the last holders of its pipe, are gone."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _worker_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: int) -> dict | None:
     with one_thread():
-        return run_cell(cfg, mixer, d, seed, _STOP.is_set)
+        return run_cell(cfg, mixer, d, seed, width, _STOP.is_set)
 
 
 @contextlib.contextmanager
@@ -288,39 +473,73 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, should_stop=lambda: False) -> dict | None:
-    """One cell: a model per learning rate, trained for ``choose_at`` of the steps; the one best on dev
-    goes on to the end and is scored on test.  None when ``should_stop`` answered yes first."""
+def cell_steps(cfg: BoundaryConfig, d: Difficulty) -> int:
+    """The steps each model of a cell on ``d`` trains for."""
+    return (cfg.train.mqar_steps or cfg.train.steps) if d.task == "mqar" else cfg.train.steps
+
+
+def eval_steps(start: int, stop: int, every: int) -> list[int]:
+    """The steps after ``start`` up to ``stop`` at which a model is scored on dev: each multiple of
+    ``every``, and ``stop`` itself (where it stops, or where the rates are compared)."""
+    return [s for s in range(start + 1, stop) if s % every == 0] + ([stop] if stop > start else [])
+
+
+def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: int | None = None,
+             should_stop=lambda: False) -> dict | None:
+    """One cell: a model per learning rate, each scored on dev every ``eval_every`` steps; at
+    ``choose_at`` of the steps the one best on dev goes on to the end (the others stop) and is scored
+    on test.  Returns ``{"row": …, "curve": [{lr, step, dev_accuracy}, …]}``, or None when
+    ``should_stop`` answered yes first.  ``width`` is the model's d (the body's by default)."""
     # MixerNet pulls in the scan (numba): imported where a cell runs, not when the registry loads.
     from ema_core.mixers.model import MixerNet
 
+    width = cfg.model.d if width is None else width
+    steps = cell_steps(cfg, d)
+    body = cfg.model if width == cfg.model.d else cfg.model.model_copy(update={"d": width})
     device = torch.device("cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
     train, dev, test = (make_data(d, cfg.data, seed, split).to(device) for split in ("train", "dev", "test"))
+    # The same initial weights' seed and minibatch order at every width: widths differ only in width.
     init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
     trainers = []
     for lr in cfg.train.lrs:
         # every rate starts from the same initial weights and sees the same minibatches
-        model = MixerNet.from_settings(mixer, cfg.model, train.vocab, train.n_classes, seed=init).to(device)
-        trainers.append(Trainer(model, train, steps=cfg.train.steps, batch=cfg.train.batch, lr=lr,
+        model = MixerNet.from_settings(mixer, body, train.vocab, train.n_classes, seed=init).to(device)
+        trainers.append(Trainer(model, train, steps=steps, batch=cfg.train.batch, lr=lr,
                                 warmup=cfg.train.warmup, seed=task_seed(seed, "batches", mixer, d.task, d.label)))
-    choose = max(1, round(cfg.train.choose_at * cfg.train.steps))
+    curve: list[dict] = []
+
+    def train_to(tr: Trainer, until: int) -> float | None:
+        """Train ``tr`` to step ``until``, scoring it on dev at each evaluation; its last dev score."""
+        score = None
+        for step in eval_steps(tr.done, until, cfg.train.eval_every):
+            if not tr.advance(step, should_stop):
+                return None
+            score = accuracy(tr.model, dev)
+            curve.append({"lr": tr.lr, "step": step, "dev_accuracy": score})
+        return score
+
+    choose = max(1, round(cfg.train.choose_at * steps))
     scores = []
     for tr in trainers:
-        if not tr.advance(choose, should_stop):
+        if (score := train_to(tr, choose)) is None:
             return None
-        scores.append(accuracy(tr.model, dev))
-    best = trainers[max(range(len(trainers)), key=lambda j: (scores[j], -j))]  # a tie keeps the grid's first
-    if not best.advance(cfg.train.steps, should_stop):
+        scores.append(score)
+    j = max(range(len(trainers)), key=lambda i: (scores[i], -i))  # a tie keeps the grid's first
+    best = trainers[j]
+    dev_acc = scores[j] if best.done >= steps else train_to(best, steps)
+    if dev_acc is None:
         return None
-    return {
+    row = {
         "mixer": mixer, "task": d.task, "difficulty": d.label, "level": d.level, "seq_len": d.seq_len,
-        "seed": seed, "accuracy": accuracy(best.model, test), "dev_accuracy": accuracy(best.model, dev),
-        "chance": chance(train, test), "lr": best.lr, "train_loss": best.loss,
-        "state_floats": best.model.state_floats(d.seq_len), "params": best.model.params(),
+        "seed": seed, "accuracy": accuracy(best.model, test), "dev_accuracy": dev_acc,
+        "chance": chance(train, test), "exclusion_floor": exclusion_floor(d, cfg.data, seed), "lr": best.lr,
+        "train_loss": best.loss, "state_floats": best.model.state_floats(d.seq_len), "params": best.model.params(),
+        "d": width,
     }
+    return {"row": row, "curve": curve}
 
 
-def summarise(cfg: BoundaryConfig, rows: list[dict], seconds: float) -> dict:
+def summarise(cfg: BoundaryConfig, rows: list[dict], seconds: float, recall: list[dict] = ()) -> dict:
     """The nested map the CLI prints, from the cells' rows (means over seeds)."""
     acc: dict[str, dict[str, dict[str, list[float]]]] = {}
     chances: dict[str, list[float]] = {}
@@ -330,6 +549,9 @@ def summarise(cfg: BoundaryConfig, rows: list[dict], seconds: float) -> dict:
         chances.setdefault(r["task"], []).append(r["chance"])
         if r["task"] != "mqar":
             state[r["mixer"]] = int(r["state_floats"])
+    by_state: dict[str, dict[str, list[float]]] = {}
+    for r in recall:
+        by_state.setdefault(r["mixer"], {}).setdefault(str(int(r["state_floats"])), []).append(r["accuracy"])
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     return {
         "cells": len(rows),
@@ -337,6 +559,9 @@ def summarise(cfg: BoundaryConfig, rows: list[dict], seconds: float) -> dict:
         "map": {m: {t: {k: mean(v) for k, v in by.items()} for t, by in tasks.items()} for m, tasks in acc.items()},
         "chance": {t: mean(v) for t, v in chances.items()},
         "state_floats": state,
+        # Smallest state first, as the chart's axis runs.
+        "recall_vs_state": {m: {s: mean(v) for s, v in sorted(by.items(), key=lambda kv: int(kv[0]))}
+                            for m, by in by_state.items()},
         "seeds": cfg.seeds,
         "tuned_on": "dev",
     }
@@ -350,7 +575,7 @@ def _restore(cfg: BoundaryConfig, reporter: Reporter) -> tuple[dict[int, dict], 
     _, state = ckpt
     check_checkpoint(state, what="boundary checkpoint", fmt=CHECKPOINT_FORMAT, keys=("done", "elapsed"),
                      expect={"config": StoredConfig(KIND, cfg)})
-    return {int(i): dict(row) for i, row in state["done"]}, float(state["elapsed"])
+    return {int(i): dict(outcome) for i, outcome in state["done"]}, float(state["elapsed"])
 
 
 def _checkpoint(cfg: BoundaryConfig, reporter: Reporter, done: dict[int, dict], elapsed: float) -> None:
@@ -365,4 +590,7 @@ EXPERIMENT = Experiment(
     run=run,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
     one_click=False,  # half an hour on 2 cores: launched from its page, not with the paper's quick reproduction
+    # Runs made before these settings ran without a conv, on the sentence templates, and without
+    # recall against state size (their MQAR vocabulary: BoundaryConfig._older_mqar_keys).
+    older_behaviour={"model.conv": 0, "data.structure": "templates", "recall_widths": []},
 )

@@ -1,8 +1,10 @@
 """The boundary study's charts: every context mixer on every task, from the rows of ``boundary_accuracy``.
 
-Three views of one grid (mixer × task × difficulty × seed): the map (accuracy above chance, cell by
-cell), the crossing (structure against content as the distance grows) and MQAR recall against the
-state a mixer keeps.  Each mixer has its palette colour (:func:`ema_core.palette.mixer_color`) on
+Three views of one grid (mixer × task × difficulty × seed): the map (accuracy above max(chance,
+exclusion floor), cell by cell), the crossing (structure against content as the distance grows) and
+MQAR recall against the state a mixer keeps; beside them, from their own tables, recall against
+state size at several widths (``boundary_recall_state``) and every rate's dev curve
+(``boundary_dev_curve``).  Each mixer has its palette colour (:func:`ema_core.palette.mixer_color`) on
 every chart; mixers are listed in ``ema_core.mixers.MIXER_NAMES`` order (any other, say of an
 older run, after them).  Every number is a mean over seeds; error bars are the sample std where
 there are several.
@@ -15,7 +17,8 @@ import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.boundary_findings import FLOOR_MIXER, level_of, normalised
+from ema_core.boundary_findings import (FLOOR_MIXER, RECALL_LEVEL, above_floor, baseline, level_of, normalised,
+                                       recall_frontier)
 from ema_core.figures import ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale
 from ema_core.mixers import MIXER_NAMES
 
@@ -30,7 +33,7 @@ CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content"
 CELL = 38
 MQAR_COLUMNS = 4  # MQAR sizes per row of facets (the full preset has 11)
 GROUP = ["mixer", "task", "difficulty", "level", "seq_len"]
-DEFINED = "isValid(datum.above) && isFinite(datum.above)"  # a cell's accuracy above chance exists
+DEFINED = "isValid(datum.above) && isFinite(datum.above)"  # a cell's accuracy above its base exists
 
 
 def mixer_order(names) -> list[str]:
@@ -48,10 +51,11 @@ def task_label(task: str) -> str:
     return TASK_LABELS.get(task, task)
 
 
-def _above(accuracy, chance) -> float:
-    """Accuracy above chance (:func:`normalised`); NaN where it is undefined (a task no model can miss)."""
+def _above(accuracy, chance, floor=None) -> float:
+    """Accuracy above max(chance, exclusion floor) (:func:`above_floor`; chance alone where the floor is
+    missing); NaN where it is undefined (a task no model can miss)."""
     try:
-        v = float(normalised(float(accuracy), float(chance)))
+        v = float(above_floor(float(accuracy), float(chance), floor))
     except (ValueError, ZeroDivisionError, TypeError):
         return math.nan
     return v if math.isfinite(v) else math.nan
@@ -61,19 +65,25 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """The charts' rows: one per (mixer, task, difficulty), over the seeds of ``rows``.
 
     Columns: mixer, task, difficulty, level, seq_len, n (seeds), mean and std (test accuracy),
-    chance and chance_std (chance is measured on each seed's data), above and above_std (accuracy
-    above chance, formed per seed, then averaged), state_floats (and seq_len: nullable integers, empty
-    where the rows have none; a missing level is read from the difficulty).  Mixers in :func:`mixer_order`,
+    chance and chance_std (chance is measured on each seed's data), floor and floor_std (the
+    exclusion floor over seeds; NaN where the rows have none: runs stored before it), base (max(chance, floor), or
+    chance), above and above_std (accuracy above that base, formed per seed, then averaged),
+    state_floats (and seq_len: nullable integers, empty where the rows have none; a missing level is
+    read from the difficulty).  Mixers in :func:`mixer_order`,
     tasks in :func:`task_order`, difficulties by level within a task (MQAR by length, then pairs).
     Rows with no accuracy are left out.
     """
-    cols = [*GROUP, "n", "mean", "std", "chance", "chance_std", "above", "above_std", "state_floats"]
+    cols = [*GROUP, "n", "mean", "std", "chance", "chance_std", "floor", "floor_std", "base", "above", "above_std",
+            "state_floats"]
     if rows is None or not len(rows):
         return pd.DataFrame(columns=cols)
     df = rows.loc[pd.to_numeric(rows["accuracy"], errors="coerce").notna()].copy()
     df["accuracy"] = df["accuracy"].astype(float)
     df["chance"] = df["chance"].astype(float)
-    df["above"] = [_above(a, c) for a, c in zip(df["accuracy"], df["chance"])]
+    # Rows of a run stored before the exclusion floor was measured have none: set against chance.
+    df["floor"] = pd.to_numeric(df["exclusion_floor"], errors="coerce") if "exclusion_floor" in df else math.nan
+    df["base"] = [baseline(c, f) for c, f in zip(df["chance"], df["floor"])]
+    df["above"] = [_above(a, c, f) for a, c, f in zip(df["accuracy"], df["chance"], df["floor"])]
     # level and state_floats may be null in the store: a row without a level takes the number its
     # difficulty names (as the findings read it), one without a state shows it empty.
     df["level"] = [level_of(v, str(d)) for v, d in zip(df["level"], df["difficulty"])]
@@ -82,13 +92,13 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     # averaged first (equal for runs of one config), so n, mean and std see it once.
     if "seed" in df:
         df = (df.groupby([*GROUP, "seed"], sort=False, dropna=False)
-              .agg(accuracy=("accuracy", "mean"), chance=("chance", "mean"), above=("above", "mean"),
-                   state_floats=("state_floats", "max"))
+              .agg(accuracy=("accuracy", "mean"), chance=("chance", "mean"), floor=("floor", "mean"),
+                   base=("base", "mean"), above=("above", "mean"), state_floats=("state_floats", "max"))
               .reset_index())
     out = (df.groupby(GROUP, sort=False, dropna=False)
            .agg(n=("accuracy", "count"), mean=("accuracy", "mean"), std=("accuracy", "std"),
-                chance=("chance", "mean"), chance_std=("chance", "std"), above=("above", "mean"),
-                above_std=("above", "std"),
+                chance=("chance", "mean"), chance_std=("chance", "std"), floor=("floor", "mean"),
+                floor_std=("floor", "std"), base=("base", "mean"), above=("above", "mean"), above_std=("above", "std"),
                 state_floats=("state_floats", "max"))
            .reset_index())
     mixers, tasks = mixer_order(out["mixer"]), task_order(out["task"])
@@ -132,14 +142,18 @@ def _seeds_note(frame: pd.DataFrame, bars: bool = True) -> str:
 # -- the map -------------------------------------------------------------------------------------------
 
 def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
-    """Mixers (rows) × each task's difficulties (columns), coloured by accuracy above chance (0 = chance,
-    1 = perfect), each cell's text its test accuracy; one facet per task."""
+    """Mixers (rows) × each task's difficulties (columns), coloured by accuracy above max(chance,
+    exclusion floor) (0 = what a model that never sees position t − k gets, 1 = perfect), each cell's
+    text its test accuracy over its floor ("f" and the floor, where the rows hold one); one facet per task."""
     frame = _frame(frame)
     mixers, tasks = mixer_order(frame["mixer"]), task_order(frame["task"])
     labels = [task_label(t) for t in tasks]
+    floor = pd.to_numeric(frame["floor"], errors="coerce") if "floor" in frame else pd.Series(math.nan, frame.index)
     data = frame.assign(
         task_label=frame["task"].map(task_label),
         text=[f"{v:.2f}" for v in frame["mean"]],
+        floor=floor.astype(float),
+        floor_text=["" if not math.isfinite(f) else f"f {f:.2f}" for f in floor.astype(float)],
         above=frame["above"].astype(float),
     )
     base = alt.Chart().encode(
@@ -150,10 +164,12 @@ def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
     tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("task_label:N", title="task"), alt.Tooltip("difficulty:N"),
                alt.Tooltip("mean:Q", format=".3f", title="accuracy"),
                alt.Tooltip("std:Q", format=".3f", title="std (seeds)"),
-               alt.Tooltip("chance:Q", format=".3f"), alt.Tooltip("above:Q", format=".3f", title="above chance"),
+               alt.Tooltip("chance:Q", format=".3f"),
+               alt.Tooltip("floor:Q", format=".3f", title="exclusion floor"),
+               alt.Tooltip("above:Q", format=".3f", title="above max(chance, floor)"),
                alt.Tooltip("n:Q", title="seeds")]
     cells = base.transform_filter(DEFINED).mark_rect(stroke="white", strokeWidth=1).encode(
-        color=alt.Color("above:Q", title="accuracy above chance",
+        color=alt.Color("above:Q", title=["accuracy above", "max(chance, floor)"],
                         scale=alt.Scale(domain=[-1, 0, 1], range=list(palette.ABOVE_CHANCE_COLORS), clamp=True),
                         legend=alt.Legend(format=".1f", orient="right", gradientLength=HEIGHT // 2)),
         tooltip=tooltip,
@@ -163,11 +179,13 @@ def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
     undefined = base.transform_filter(f"!({DEFINED})").mark_rect(
         stroke="white", strokeWidth=1, color=palette.REFERENCE_COLOR).encode(tooltip=tooltip)
     # Dark cells take white text; the threshold is where the blue end of the scale gets dark.
-    text = base.mark_text(fontSize=10).encode(
-        text="text:N", color=alt.condition("datum.above > 0.55", alt.value("white"), alt.value("#222222")))
+    on_dark = alt.condition("datum.above > 0.55", alt.value("white"), alt.value("#222222"))
+    text = base.mark_text(fontSize=10, dy=-5).encode(text="text:N", color=on_dark)
+    # The floor under the accuracy, smaller: what the colour is measured from.
+    floor_text = base.mark_text(fontSize=7, dy=7).encode(text="floor_text:N", color=on_dark)
     width = len(difficulty_order(frame)) * CELL + 30 * max(len(tasks) - 1, 0)
     return (
-        alt.layer(cells, undefined, text, data=data)  # data on the layer: a facet of it needs it there
+        alt.layer(cells, undefined, text, floor_text, data=data)  # data on the layer: a facet needs it there
         .properties(width=alt.Step(CELL), height=alt.Step(CELL - 8))
         # A heading word by word: a task of few difficulties is narrower than its label on one line.
         .facet(column=alt.Column("task_label:N", sort=labels, title=None,
@@ -176,8 +194,8 @@ def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
         .resolve_scale(x="independent")
         .properties(title=chart_title(
             "The boundary map: where each mixer keeps what",
-            f"colour: accuracy above chance, (acc − chance) / (1 − chance); text: test accuracy; "
-            f"{_seeds_note(frame, bars=False)}", max(WIDTH, width)))
+            f"colour: accuracy above b = max(chance, exclusion floor), (acc − b) / (1 − b); text: test accuracy; "
+            f"f: the exclusion floor; {_seeds_note(frame, bars=False)}", max(WIDTH, width)))
     )
 
 
@@ -286,6 +304,107 @@ def mqar_chart(frame: pd.DataFrame) -> alt.FacetChart:
     )
 
 
+# -- recall against state size, at several widths (zoology's view) --------------------------------------
+
+def recall_state_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The recall chart's rows from ``boundary_recall_state``: one per (mixer, MQAR size, width), mean and
+    std of test accuracy over seeds, chance, the state (floats per sequence) and ``reaches`` (True at the
+    smallest state where the mixer's mean reaches RECALL_LEVEL: :func:`recall_frontier`)."""
+    cols = ["mixer", "difficulty", "d", "state_floats", "n", "mean", "std", "chance", "reaches"]
+    if rows is None or not len(rows):
+        return pd.DataFrame(columns=cols)
+    df = rows.assign(accuracy=pd.to_numeric(rows["accuracy"], errors="coerce"),
+                     state_floats=pd.to_numeric(rows["state_floats"], errors="coerce"),
+                     chance=pd.to_numeric(rows["chance"], errors="coerce"),
+                     d=pd.to_numeric(rows["d"], errors="coerce"))
+    df = df[df["accuracy"].notna() & (df["state_floats"] > 0)]
+    if not len(df):
+        return pd.DataFrame(columns=cols)
+    # A seed two picked runs both hold is one measurement (as on the map).
+    df = df.groupby(["mixer", "difficulty", "d", "state_floats", "seed"], as_index=False, dropna=False).agg(
+        accuracy=("accuracy", "mean"), chance=("chance", "mean"))
+    out = (df.groupby(["mixer", "difficulty", "d", "state_floats"], as_index=False, dropna=False)
+           .agg(n=("accuracy", "count"), mean=("accuracy", "mean"), std=("accuracy", "std"), chance=("chance", "mean")))
+    frontier = recall_frontier(df.to_dict("records"))
+    out["reaches"] = [frontier.get((m, d)) == f for m, d, f in zip(out["mixer"], out["difficulty"], out["state_floats"])]
+    mixers = mixer_order(out["mixer"])
+    out = out.assign(_m=out["mixer"].map(mixers.index)).sort_values(["_m", "difficulty", "state_floats"])
+    return out.drop(columns="_m")[cols].reset_index(drop=True)
+
+
+def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
+    """MQAR recall against the state a mixer keeps, as zoology draws it: test accuracy against floats per
+    sequence (log scale), one line per mixer across its widths (softmax and the window, at the body's
+    width, as single points beside them), the smallest state that reaches RECALL_LEVEL ringed per mixer,
+    RECALL_LEVEL and chance as rules; one facet per MQAR size."""
+    df = recall_state_frame(rows) if "mean" not in rows.columns else rows
+    mixers = mixer_order(df["mixer"])
+    sizes = sorted(set(df["difficulty"]), key=lambda d: (level_of(None, d), d))
+    data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
+                     state_floats=df["state_floats"].astype(float), level=RECALL_LEVEL)
+    floats = data["state_floats"][data["state_floats"] > 0]
+    lo, hi = (float(floats.min()), float(floats.max())) if len(floats) else (1.0, 10.0)
+    domain = [10 ** (math.log10(lo) - 0.25), 10 ** (math.log10(hi) + 0.25)]
+    x = alt.X("state_floats:Q", title="state (floats per sequence, log scale)",
+              scale=alt.Scale(type="log", domain=domain, nice=False),
+              axis=alt.Axis(values=_log_ticks(*domain), format="~s"))
+    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="recall (test accuracy)")
+    base = alt.Chart().encode(x=x, color=_mixer_color(mixers))
+    tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("difficulty:N", title="MQAR size"), alt.Tooltip("d:Q", title="width"),
+               alt.Tooltip("state_floats:Q", format=",.0f", title="state floats"),
+               alt.Tooltip("mean:Q", format=".3f", title="recall"), alt.Tooltip("std:Q", format=".3f", title="std (seeds)"),
+               alt.Tooltip("chance:Q", format=".3f"), alt.Tooltip("n:Q", title="seeds")]
+    lines = base.mark_line(strokeWidth=2, point=alt.OverlayMarkDef(size=50, filled=True)).encode(
+        y=y, detail="mixer:N", tooltip=tooltip)
+    errors = base.transform_filter(HAS_STD).mark_rule(strokeWidth=1.2).encode(y="lo:Q", y2="hi:Q")
+    # The mark: a ring around the smallest state that reaches the bar, per mixer.
+    marks = base.transform_filter("datum.reaches").mark_point(size=260, strokeWidth=2, filled=False).encode(
+        y=y, tooltip=[*tooltip[:4], alt.Tooltip("mean:Q", format=".3f", title=f"first to reach {RECALL_LEVEL:g}")])
+    bar = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1).encode(
+        y="mean(level):Q", tooltip=[alt.Tooltip("mean(level):Q", title="recall bar")])
+    chance = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1.5, strokeDash=[6, 4]).encode(
+        y="mean(chance):Q", tooltip=[alt.Tooltip("mean(chance):Q", format=".3f", title="chance")])
+    facet_width, facet_height = 260, 200
+    columns = max(1, min(MQAR_COLUMNS - 1, len(sizes)))
+    return (
+        alt.layer(chance, bar, errors, lines, marks, data=data)
+        .properties(width=facet_width, height=facet_height)
+        .facet(facet=alt.Facet("difficulty:N", sort=sizes, title=None,
+                               header=alt.Header(labelFontSize=12, labelFontWeight="bold")), columns=columns)
+        .properties(title=chart_title(
+            "MQAR recall against state size, at several widths",
+            f"one line per mixer across its widths; ringed: the smallest state reaching {RECALL_LEVEL:g} "
+            f"(grey rule); grey dashes: chance; {_seeds_note(df)}",
+            max(WIDTH, columns * (facet_width + 20))))
+    )
+
+
+# -- every rate's dev curve -------------------------------------------------------------------------------
+
+def dev_curve_chart(rows: pd.DataFrame, title: str = "") -> alt.LayerChart:
+    """Dev accuracy against the training step, one line per learning rate (mean over seeds), from
+    ``boundary_dev_curve`` rows of one cell (mixer, task, difficulty): how each rate of the grid trained,
+    and so why the chosen one was chosen."""
+    df = rows.assign(dev_accuracy=pd.to_numeric(rows["dev_accuracy"], errors="coerce"),
+                     step=pd.to_numeric(rows["step"], errors="coerce"), lr=pd.to_numeric(rows["lr"], errors="coerce"))
+    df = (df.dropna(subset=["dev_accuracy", "step", "lr"])
+          .groupby(["lr", "step"], as_index=False).agg(dev=("dev_accuracy", "mean"), n=("dev_accuracy", "count")))
+    rates = sorted(set(df["lr"]))
+    df["rate"] = [f"{v:g}" for v in df["lr"]]
+    labels = [f"{v:g}" for v in rates]
+    # Ordered, smallest rate darkest: the rates are a log-spaced grid, not categories.
+    color = alt.Color("rate:O", sort=labels, title="learning rate", scale=alt.Scale(domain=labels, scheme="viridis"))
+    return alt.Chart(df).mark_line(point=alt.OverlayMarkDef(size=30, filled=True), strokeWidth=2).encode(
+        x=alt.X("step:Q", title="training step", axis=alt.Axis(format=COUNT_FORMAT)),
+        y=alt.Y("dev:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="dev accuracy"),
+        color=color,
+        tooltip=[alt.Tooltip("rate:N", title="learning rate"), alt.Tooltip("step:Q", format=COUNT_FORMAT),
+                 alt.Tooltip("dev:Q", format=".3f", title="dev accuracy"), alt.Tooltip("n:Q", title="seeds")],
+    ).properties(width=WIDTH, height=HEIGHT * 2 // 3,
+                 title=chart_title(title or "Dev accuracy per learning rate", "mean over seeds; every rate from the "
+                                   "same weights and minibatches"))
+
+
 def _log_ticks(lo: float, hi: float) -> list[float]:
     """Ticks of a log axis from ``lo`` to ``hi``: 1, 2, 5 of each decade where few decades are shown, the
     decades alone where many are (Vega's default grid draws every multiple of every decade)."""
@@ -308,5 +427,12 @@ def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
     return out
 
 
-__all__ = ["CROSSING", "TASK_LABELS", "boundary_frame", "crossing_chart", "crossing_frame",
-           "difficulty_order", "heat_map", "mixer_order", "mqar_chart", "run_figures", "task_label", "task_order"]
+def recall_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
+    """The figure of exported ``boundary_recall_state`` rows (one run's): recall against state size."""
+    frame = recall_state_frame(rows)
+    return [("boundary_recall_state", recall_state_chart(frame))] if len(frame) else []
+
+
+__all__ = ["CROSSING", "TASK_LABELS", "boundary_frame", "crossing_chart", "crossing_frame", "dev_curve_chart",
+           "difficulty_order", "heat_map", "mixer_order", "mqar_chart", "recall_figures", "recall_state_chart",
+           "recall_state_frame", "run_figures", "task_label", "task_order"]
