@@ -262,6 +262,20 @@ def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
 
 # -- MQAR ----------------------------------------------------------------------------------------------
 
+def _recall_axes(data: pd.DataFrame) -> tuple[alt.X, alt.Y]:
+    """Recall against state: floats per sequence on a log axis fitted to the data's states, test accuracy
+    from 0 to 1 (the map's MQAR chart and the recall-against-state chart share them)."""
+    floats = data["state_floats"][data["state_floats"] > 0]
+    lo, hi = (float(floats.min()), float(floats.max())) if len(floats) else (1.0, 10.0)
+    # A quarter of a decade of margin each side: a point on the edge of a log axis is drawn half outside.
+    domain = [10 ** (math.log10(lo) - 0.25), 10 ** (math.log10(hi) + 0.25)]
+    x = alt.X("state_floats:Q", title="state (floats per sequence, log scale)",
+              scale=alt.Scale(type="log", domain=domain, nice=False),
+              axis=alt.Axis(values=_log_ticks(*domain), format="~s"))
+    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="recall (test accuracy)")
+    return x, y
+
+
 def mqar_chart(frame: pd.DataFrame) -> alt.FacetChart:
     """MQAR recall against the state a mixer keeps (floats per sequence, log scale), one point per
     mixer, one facet per MQAR size (pairs, length); chance in grey."""
@@ -271,14 +285,7 @@ def mqar_chart(frame: pd.DataFrame) -> alt.FacetChart:
     sizes = difficulty_order(df) if len(df) else []
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
                      state_floats=df["state_floats"].astype(float))
-    floats = data["state_floats"][data["state_floats"] > 0]
-    lo, hi = (float(floats.min()), float(floats.max())) if len(floats) else (1.0, 10.0)
-    # A quarter of a decade of margin each side: a point on the edge of a log axis is drawn half outside.
-    domain = [10 ** (math.log10(lo) - 0.25), 10 ** (math.log10(hi) + 0.25)]
-    x = alt.X("state_floats:Q", title="state (floats per sequence, log scale)",
-              scale=alt.Scale(type="log", domain=domain, nice=False),
-              axis=alt.Axis(values=_log_ticks(*domain), format="~s"))
-    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="recall (test accuracy)")
+    x, y = _recall_axes(data)
     base = alt.Chart().encode(x=x, color=_mixer_color(mixers))
     points = base.mark_point(filled=True, size=70, opacity=0.9).encode(
         y=y, shape=alt.value("circle"),
@@ -342,13 +349,7 @@ def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
     sizes = sorted(set(df["difficulty"]), key=lambda d: (level_of(None, d), d))
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
                      state_floats=df["state_floats"].astype(float), level=RECALL_LEVEL)
-    floats = data["state_floats"][data["state_floats"] > 0]
-    lo, hi = (float(floats.min()), float(floats.max())) if len(floats) else (1.0, 10.0)
-    domain = [10 ** (math.log10(lo) - 0.25), 10 ** (math.log10(hi) + 0.25)]
-    x = alt.X("state_floats:Q", title="state (floats per sequence, log scale)",
-              scale=alt.Scale(type="log", domain=domain, nice=False),
-              axis=alt.Axis(values=_log_ticks(*domain), format="~s"))
-    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="recall (test accuracy)")
+    x, y = _recall_axes(data)
     base = alt.Chart().encode(x=x, color=_mixer_color(mixers))
     tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("difficulty:N", title="MQAR size"), alt.Tooltip("d:Q", title="width"),
                alt.Tooltip("state_floats:Q", format=",.0f", title="state floats"),
