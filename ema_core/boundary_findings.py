@@ -389,6 +389,8 @@ class ClaimVerdict:
     def word(self) -> str:
         if self.verdict == "not_judged":
             return not_judged(self.delta.n)
+        if not self.measured:  # no seed holds the cells: nothing was judged, least of all "inconclusive"
+            return "not judged" if self.note else "not measured"
         return (SANITY_WORDS if self.claim.sanity else VERDICT_WORDS)[self.verdict]
 
     @property
@@ -401,9 +403,8 @@ class ClaimVerdict:
         d, what = self.delta, self.claim.what
         if d.n == 0:
             if self.note:  # the cells are there, but none was trained enough to compare
-                return f"{what}: not judged — {self.word}.{note}"
-            return (f"{what}: not measured by these runs (it needs {self.claim.needs.format(reach=self.reach)}) "
-                    f"— {self.word}.")
+                return f"{what}: {self.word}.{note}"
+            return f"{what}: {self.word} by these runs (it needs {self.claim.needs.format(reach=self.reach)})."
         over = f" over {self.over}" if self.over else ""
         if d.n < VERDICT_MIN_SEEDS:
             return f"{what}: Δ = {d.mean:+.4f}{over} — {self.word}.{note}"

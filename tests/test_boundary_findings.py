@@ -224,7 +224,7 @@ def test_recall_claims_leave_out_the_sizes_softmax_did_not_learn():
     for key in ("gated_above_decay", "decay_above_ema"):
         assert v[key].verdict == "inconclusive" and v[key].delta.n == 0
         assert "not judged" in v[key].sentence and "under-trained" in v[key].sentence
-        assert "not measured by these runs" not in v[key].sentence
+        assert "not measured by these runs" not in v[key].sentence and v[key].word == "not judged"
     assert bf.undertrained_text(paper_like()) == ""
 
 
@@ -284,7 +284,7 @@ def test_claims_the_runs_do_not_hold_are_not_measured():
     for key in ("recipe_works", "ema3_structure_not_content", "sequence_recovers_content", "gated_above_decay",
                 "decay_above_ema"):
         assert v[key].verdict == "inconclusive" and v[key].delta.n == 0 and not v[key].measured
-        assert "not measured by these runs" in v[key].sentence
+        assert "not measured by these runs" in v[key].sentence and v[key].word == "not measured"
     assert "(it needs softmax rows)" in v["recipe_works"].sentence
     # The structure claim needs no window: it is judged against the floor.
     assert v["ema_structure_not_content"].verdict == "reproduced"
