@@ -72,7 +72,7 @@ class Experiment:
     # from another at a glance (a SPEN run from a GPT run when both keep their preset's other values).
     identity: tuple[str, ...] = ()
     # Whether the Overview's one-click quick reproduction runs this kind's `quick` preset: the paper's
-    # studies do; an extension whose quick map takes half an hour (the boundary map) is launched from
+    # studies do; an extension whose quick map takes most of an hour (the boundary map) is launched from
     # its own page.
     one_click: bool = True
     # The shapes this kind's config had in run folders made before it changed, read in today's
