@@ -426,7 +426,9 @@ class Trainer:
         self.model, self.data = model, data
         self.steps, self.batch, self.lr, self.warmup = steps, batch, lr, warmup
         self.gen = torch.Generator().manual_seed(seed)
-        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        # foreach: one fused update over every tensor, not a loop of small ones (at d = 64 the loop's
+        # per-tensor overhead is a sizeable part of a step on a CPU; docs/benchmarks.md)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
         self.done = 0
         self.loss = math.nan
 
@@ -443,7 +445,7 @@ class Trainer:
             loss = F.cross_entropy(logits.flatten(0, 1), self.data.targets[idx].flatten(), ignore_index=IGNORE)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0, foreach=True)
             self.opt.step()
             self.loss = float(loss.detach())
             self.done = step + 1

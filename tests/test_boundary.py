@@ -110,7 +110,7 @@ def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
     # Distances on both sides of the window's reach, one MQAR size with pairs ≤ T/4.
     reach = window_reach(quick.model.window, quick.model.layers, quick.model.conv)
     assert reach == 10 and min(quick.distances) < reach < max(quick.distances)
-    assert [d.label for d in difficulties(quick) if d.task == "mqar"] == ["pairs=16,T=64"]
+    assert [d.label for d in difficulties(quick) if d.task == "mqar"] == ["pairs=8,T=32"]
     assert quick.data.n_train >= 16_384 and len(quick.recall_widths) >= 3 and quick.model.d in quick.recall_widths
     recurrent = [m for m in MIXER_NAMES if m not in boundary_experiment.NOT_RECURRENT]
     assert len(cells(quick)) == len(MIXER_NAMES) * len(labels) + len(recurrent) * 2  # two widths besides 64
@@ -157,13 +157,14 @@ def test_the_dev_curve_holds_every_rate_and_the_rate_is_chosen_on_dev_no_earlier
     choose = 3  # choose_at 0.5 of 6 steps; evaluations every 2 steps
     for r in result["tables"]["boundary_accuracy"]:
         rates = by_cell[(r["mixer"], r["task"], r["difficulty"], r["seed"], r["d"])]
-        assert set(rates) == {0.01, 0.003}  # every rate, the one not kept too
+        # every rate, the one not kept too, unless the first was already perfect on dev at the choice
+        assert set(rates) == ({0.01} if rates[0.01][choose] == 1.0 else {0.01, 0.003})
         for lr, points in rates.items():
             # every eval_every steps, and where the rate stops: at the choice, or at the end for the kept one
             assert sorted(points) == ([2, 3, 4, 6] if lr == r["lr"] else [2, 3])
         at_choice = {lr: points[choose] for lr, points in rates.items()}
         assert at_choice[r["lr"]] == max(at_choice.values())  # best on dev at the choice
-        if at_choice[0.01] == at_choice[0.003]:
+        if at_choice[0.01] == at_choice.get(0.003):
             assert r["lr"] == 0.01  # a tie keeps the grid's first
         assert r["dev_accuracy"] == rates[r["lr"]][6]
 
@@ -189,6 +190,54 @@ def test_the_kept_rate_is_dev_s_winner_not_test_s(monkeypatch):
     picked = REGISTRY["boundary"].run(small, NullReporter())["tables"]["boundary_accuracy"]
     assert len(picked) == len(cells(small))
     assert {(r["lr"], r["dev_accuracy"], r["accuracy"]) for r in picked} == {(0.003, 0.9, 0.1)}
+
+
+def test_a_rate_perfect_on_dev_at_the_choice_settles_the_cell_and_the_rest_are_not_trained(monkeypatch):
+    """The first rate scores 1.0 on dev at the choice: a later one could only tie, and a tie keeps the
+    first, so the later rates never train; the row is the one a full grid would have given."""
+    trained: list[float] = []
+
+    class Counted(boundary_experiment.Trainer):
+        def __init__(self, model, data, **kw):
+            super().__init__(model, data, **kw)
+            model.tagged_lr = kw["lr"]
+
+        def advance(self, until, should_stop=lambda: False):
+            trained.append(self.lr)
+            return super().advance(until, should_stop)
+
+    small = build_config("boundary", overrides={**TINY, "mixers": "ema", "seeds": 1, "tasks": "agree_content",
+                                                "distances": "1", "recall_widths": [],
+                                                "train.lrs": "0.01,0.003,0.001"})
+    monkeypatch.setattr(boundary_experiment, "Trainer", Counted)
+
+    def perfect_first(model, data):
+        return 1.0 if model.tagged_lr == 0.01 else 0.5
+
+    monkeypatch.setattr(boundary_experiment, "accuracy", perfect_first)
+    out = REGISTRY["boundary"].run(small, NullReporter())["tables"]
+    assert set(trained) == {0.01}  # the 3e-3 and 1e-3 models took no step
+    assert [(r["lr"], r["dev_accuracy"]) for r in out["boundary_accuracy"]] == [(0.01, 1.0)]
+    assert {p["lr"] for p in out["boundary_dev_curve"]} == {0.01}
+
+    def perfect_second(model, data):  # not the first: every rate up to the perfect one trains
+        return 1.0 if model.tagged_lr == 0.003 else 0.5
+
+    trained.clear()
+    monkeypatch.setattr(boundary_experiment, "accuracy", perfect_second)
+    out = REGISTRY["boundary"].run(small, NullReporter())["tables"]
+    assert set(trained) == {0.01, 0.003}
+    assert [r["lr"] for r in out["boundary_accuracy"]] == [0.003]
+
+
+def test_the_pool_hands_out_the_longest_cells_first():
+    cfg = build_config("boundary", preset="quick")
+    grid = cells(cfg)
+    sizes = [boundary_experiment.cell_size(cfg, c) for c in grid]
+    longest = max(range(len(grid)), key=sizes.__getitem__)
+    assert grid[longest].difficulty.task == "mqar" and grid[longest].width == cfg.model.d
+    agreement = next(i for i, c in enumerate(grid) if c.difficulty.task == "agree_structure")
+    assert sizes[longest] > sizes[agreement]
 
 
 def test_recall_against_state_reuses_the_map_s_cell_at_the_body_s_width(tiny_run):
