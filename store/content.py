@@ -9,6 +9,7 @@ from typing import Iterable
 import pandas as pd
 
 from ema_core.config import nest
+from ema_core.lm.token_classes import BANDS, CLASSES
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
@@ -81,6 +82,35 @@ def lm_eval_labelled(run_ids: RunIds = None, split: str | None = None, *,
             WHERE {RUN_FILTER.format(col='t.run_id')} AND ($split::VARCHAR IS NULL OR t.split = $split)
             ORDER BY {_LM_ORDER.format(p='')}, size, corpus, r.seed, t.run_id, t.split""",
         {"ids": id_list(run_ids), "split": split}, home,
+    )
+
+
+def lm_token_classes(run_ids: RunIds = None, evaluation: str | None = None, *,
+                     home: Path | None = None) -> pd.DataFrame:
+    """The held-out loss split by token at every evaluation (:mod:`ema_core.lm.token_classes`), labelled
+    as :func:`lm_eval_labelled`: run_id, seed, model, predictor, attn_input, size, corpus, params, lr,
+    evaluation ("periodic": the validation curve's; "final": the run's last evaluation, at its last
+    step), step, partition ("class": recall by distance, first, other; "band": training frequency),
+    class, tokens, loss (summed in nats), loss_per_token (nats per token; null for a class with no
+    tokens).  Empty for runs stored before the split.
+
+    Variants in the Content page's order, then seed and run; each run's evaluations in step order,
+    the final last; classes, then bands, each in their own order (not the alphabet's).
+    """
+    return query_frame(
+        f"""SELECT t.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
+                   r.config->>'attn_input' AS attn_input, r.config->>'size' AS size,
+                   coalesce(r.summary->>'corpus', r.config->'data'->>'corpus') AS corpus,
+                   (r.summary->>'params')::BIGINT AS params, {_LM_LR} AS lr, t.evaluation, t.step, t.partition,
+                   t.class, t.tokens, t.loss, t.loss / nullif(t.tokens, 0) AS loss_per_token
+            FROM lm_token_classes t JOIN runs r USING (run_id)
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+              AND ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
+            ORDER BY {_LM_ORDER.format(p='')}, size, corpus, r.seed, t.run_id,
+                     list_position(['periodic', 'final'], t.evaluation) NULLS LAST, t.evaluation, t.step,
+                     list_position(['class', 'band'], t.partition) NULLS LAST, t.partition,
+                     list_position($classes::VARCHAR[], t.class) NULLS LAST, t.class""",
+        {"ids": id_list(run_ids), "evaluation": evaluation, "classes": [*CLASSES, *BANDS]}, home,
     )
 
 
@@ -250,3 +280,13 @@ def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None
 register_run_table("lm_eval", RunTable(lm_eval_labelled, ("split",), ("loss", "ppl", "bpb"), LM_LABELS))
 export.register_table("lm_eval", "language-model loss, perplexity and bits per byte per split, per model, "
                                  "predictor, attention input, size, corpus and the rate it trained at")
+# Keyed by the evaluation and the class (a class's tokens follow from the held-out text, the same for
+# every seed: kept as a column, never averaged); ``ordered``: the classes' own order (recall by
+# distance, first, other; then the bands) over the alphabet's.
+register_run_table("lm_token_classes", RunTable(
+    lm_token_classes, ("evaluation", "step", "partition", "class", "tokens"), ("loss", "loss_per_token"), LM_LABELS,
+    ordered=True))
+# No hyphen: `emalab export --help` may wrap the line at one.
+export.register_table("lm_token_classes", "language models' validation loss split by token class (associative "
+                                          "recall by distance, first sight, other) and by training frequency band, "
+                                          "at every evaluation: tokens, summed nats, nats per token")

@@ -152,7 +152,25 @@ M003_BOUNDARY_CURVES = Migration(3, "m003_boundary_curves", (
     )""",
 ))
 
-MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES)
+# A language model's held-out loss split by token (ema_core.lm.token_classes), at every evaluation:
+# ``evaluation`` is "periodic" (the validation curve's) or "final" (the run's last evaluation, on its
+# own number of tokens: at the last step both exist, hence part of the key); ``partition`` "class"
+# (recall by distance, first, other) or "band" (training frequency).  ``loss`` is summed over the
+# class, in nats, so that sums and counts add up across classes.  Runs stored before it have no rows.
+M004_LM_TOKEN_CLASSES = Migration(4, "m004_lm_token_classes", (
+    """CREATE TABLE lm_token_classes (
+        run_id     VARCHAR NOT NULL,
+        evaluation VARCHAR NOT NULL,
+        step       BIGINT NOT NULL,
+        partition  VARCHAR NOT NULL,
+        class      VARCHAR NOT NULL,
+        tokens     BIGINT,
+        loss       DOUBLE,
+        PRIMARY KEY (run_id, evaluation, step, partition, class)
+    )""",
+))
+
+MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
@@ -185,4 +203,6 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                               Column("dev_accuracy", float, False), Column("chance", float, False),
                               Column("lr", float, False), Column("state_floats", int, False),
                               Column("params", int, False)),
+    "lm_token_classes": (Column("evaluation", str, True), Column("step", int, True), Column("partition", str, True),
+                         Column("class", str, True), Column("tokens", int, False), Column("loss", float, False)),
 }

@@ -10,7 +10,8 @@ import torch
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.lm.rates import AUTO_LR, resolve_lr
 from ema_core.lm.sizes import ModelChoice, build_model
-from ema_core.lm.train import Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
+from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
 
 V = 64
 # A small model of each kind: the tiny size narrowed further, so a test trains in seconds.
@@ -121,7 +122,9 @@ def test_checkpoint_and_resume_is_bit_identical(kind):
     for (name, a), (_, b) in zip(straight.state_dict().items(), fresh.state_dict().items()):
         assert torch.equal(a, b), name
     assert out["final"]["loss"] == ref["final"]["loss"]
-    assert out["curve"] == ref["curve"]
+    assert out["curve"] == ref["curve"]  # the class sums of the steps before the checkpoint too
+    assert all(set(CLASS_SPLITS) <= set(c) for c in out["curve"])
+    assert {k: out["final"][k] for k in CLASS_SPLITS} == {k: ref["final"][k] for k in CLASS_SPLITS}
     with pytest.raises(ValueError, match="another config"):
         train_lm(_model(kind), s, cfg, seed=3, reporter=rep, extra_state={"config": "b"})
 
@@ -160,6 +163,16 @@ def test_lm_experiment_on_austen(tmp_path, monkeypatch):
     assert 0 < s["val_bpb"] < 10
     assert result["tables"]["lm_eval"] == [{"split": "val", "loss": s["val_loss"], "ppl": s["val_ppl"],
                                             "bpb": s["val_bpb"]}]
+    # The final loss split by token class and band, as nats per token: weighted by tokens, the classes
+    # give back the loss itself; the split of every evaluation is a result table (tests/test_token_classes_store.py).
+    for key, names in (("token_classes", CLASSES), ("token_bands", BANDS)):
+        parts = s[key]
+        assert list(parts) == list(names)
+        assert sum(p["tokens"] for p in parts.values()) == s["val_tokens"]
+        total = sum(p["tokens"] * p["loss"] for p in parts.values() if p["tokens"])
+        assert total / s["val_tokens"] == pytest.approx(s["val_loss"], abs=1e-6)
+        assert all((p["loss"] is None) == (p["tokens"] == 0) for p in parts.values())
+    assert {r["evaluation"] for r in result["tables"]["lm_token_classes"]} == {"periodic", "final"}
     assert b'"model"' in rep.artifacts["tokenizer.json"]  # the tokenizer travels with the run
     assert (s["lr"], s["lr_auto"]) == (3e-3, False)  # the tiny preset's own number
 
@@ -216,6 +229,7 @@ def test_lm_on_the_command_line(tmp_path, model):
     for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):
         assert key in record, key
     assert record["model"] == model and record["tokens"] == 4 * 2 * 256 and record["ingested"] is True
+    assert sum(p["tokens"] for p in record["token_classes"].values()) == record["val_tokens"]
     assert (record["lr"], record["lr_auto"]) == (3e-3, False)  # the rate it trained at: the tiny preset's
     assert record["params"] == pytest.approx(1_378_560, rel=0.05)  # the tiny preset, SPEN and GPT alike
     assert (tmp_path / "home" / "runs" / record["run_id"] / "artifacts" / "tokenizer.json").exists()

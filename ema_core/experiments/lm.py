@@ -8,6 +8,12 @@ evaluates it on the held-out text.
 
 Results: one ``lm_eval`` row (split "val": loss in nats per token, perplexity, bits per byte), the
 validation curve as ``val/*`` metrics, and a summary with the keys ``emalab run lm --json`` promises.
+Every evaluation also splits its loss by token (:mod:`ema_core.lm.token_classes`): the
+``lm_token_classes`` table has one row per (evaluation, step, partition, class), ``evaluation``
+"periodic" (the curve's, on ``train.eval_tokens``) or "final" (on ``train.final_eval_tokens``, at the
+run's last step), ``partition`` "class" (recall by distance, first, other) or "band" (training
+frequency), ``tokens`` and ``loss`` summed in nats; the summary's ``token_classes`` and
+``token_bands`` hold the final evaluation's, as nats per token.
 """
 from __future__ import annotations
 
@@ -24,10 +30,12 @@ from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.rates import AUTO, resolve_lr
 from ema_core.lm.sizes import ModelChoice, build_model
 from ema_core.lm.tokenizer import tokenizer_json
-from ema_core.lm.train import Streams, TrainConfig, init_distributed, train_lm
+from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
 
 KIND = "lm"
+# What the ``partition`` column of ``lm_token_classes`` calls each of train.CLASS_SPLITS.
+PARTITIONS = dict(zip(CLASS_SPLITS, ("class", "band")))
 
 
 class LMConfig(ModelChoice):
@@ -160,11 +168,39 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
         "vocab_size": tok.get_vocab_size(),
         "device": str(device),
         "world_size": world,
+        **{split: _per_token(final.get(split)) for split in CLASS_SPLITS},
     }
     summary["seconds"] = time.perf_counter() - t_start
     reporter.progress(1.0, "done")
     rows = [{"split": "val", "loss": final["loss"], "ppl": final["ppl"], "bpb": final["bpb"]}] if final else []
-    return {"summary": summary, "tables": {"lm_eval": rows}}
+    classes = _token_class_rows(out["curve"], final, cfg.train.steps)
+    return {"summary": summary, "tables": {"lm_eval": rows, "lm_token_classes": classes}}
+
+
+def _per_token(sums: dict | None) -> dict | None:
+    """``{name: {"tokens", "loss"}}`` with each loss summed in nats, as nats per token (None for a class
+    with no tokens, rather than 0/0); None when the evaluation had no split (a rank other than 0)."""
+    if sums is None:
+        return None
+    return {name: {"tokens": s["tokens"], "loss": s["loss"] / s["tokens"] if s["tokens"] else None}
+            for name, s in sums.items()}
+
+
+def _token_class_rows(curve: list[dict], final: dict, last_step: int) -> list[dict]:
+    """The ``lm_token_classes`` rows of every evaluation that has the split, the curve's then the final.
+
+    The final evaluation is not a curve entry even at the last step (it reads another number of
+    tokens), so ``evaluation`` tells the two apart; a curve entry from an older checkpoint has no split
+    and no rows.
+    """
+    evaluations = [("periodic", entry["step"], entry) for entry in curve]
+    if final:
+        evaluations.append(("final", last_step, final))
+    return [{"evaluation": evaluation, "step": int(step), "partition": partition, "class": name,
+             "tokens": s["tokens"], "loss": s["loss"]}
+            for evaluation, step, ev in evaluations
+            for split, partition in PARTITIONS.items()
+            for name, s in (ev.get(split) or {}).items()]
 
 
 def _under_torchrun() -> bool:

@@ -33,10 +33,14 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ema_core.lm.rates import Auto
+from ema_core.lm.token_classes import BANDS, class_sums, classify, frequency_bands
 from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
 from ema_core.schedule import warmup_cosine
 
 CHECKPOINT_FORMAT = 1
+# The loss splits every evaluation of a run reports (:func:`evaluate`'s ``token_classes``): a curve
+# entry of a checkpoint written before them lacks these keys, and still resumes.
+CLASS_SPLITS = ("token_classes", "token_bands")
 
 
 class TrainConfig(BaseModel):
@@ -120,8 +124,15 @@ def autocast(device: torch.device):
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens: int = 0, batch: int = 16,
-             device: torch.device | str = "cpu") -> dict[str, float]:
-    """Mean loss (nats per token), perplexity and bits per byte over the first ``max_tokens`` held-out tokens (0: all)."""
+             device: torch.device | str = "cpu", *, token_classes: bool = False) -> dict[str, float | dict]:
+    """Mean loss (nats per token), perplexity and bits per byte over the first ``max_tokens`` held-out tokens (0: all).
+
+    ``token_classes`` adds the loss split by token (:mod:`ema_core.lm.token_classes`): ``token_classes``
+    (associative recall by distance, first sight, other; from each window's own tokens) and, when
+    ``streams.train`` holds tokens, ``token_bands`` (frequent, middle, rare in training).  Each maps a
+    class to ``{"tokens", "loss"}``, the loss summed in nats, so the classes' losses add up to
+    ``loss · tokens``; ``loss`` itself is the same number as without the split.
+    """
     device = torch.device(device)
     val = torch.as_tensor(np.asarray(streams.val, dtype=np.int64))
     n_windows = (val.numel() - 1) // seq_len
@@ -132,14 +143,26 @@ def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens:
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
+    per_token, classes = [], []
     try:
         for w0 in range(0, n_windows, batch):
             w = torch.arange(w0, min(n_windows, w0 + batch))
             idx = w[:, None] * seq_len + torch.arange(seq_len + 1)  # (b, T + 1)
-            chunk = val[idx].to(device)
+            chunk = val[idx]
+            if token_classes:
+                classes.append(classify(chunk.numpy()).ravel())
+            chunk = chunk.to(device)
             with autocast(device):
                 logits = model(chunk[:, :-1])  # (b, T, V)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
+            logits, y = logits.float().flatten(0, 1), chunk[:, 1:].flatten()
+            if token_classes:
+                # cross_entropy is log_softmax then nll_loss: the same two ops give the same sum as
+                # without the split, and the per-token losses from one log_softmax.
+                logp = F.log_softmax(logits, dim=-1)
+                loss = F.nll_loss(logp, y, reduction="sum")
+                per_token.append(F.nll_loss(logp, y, reduction="none").cpu().numpy())
+            else:
+                loss = F.cross_entropy(logits, y, reduction="sum")
             total += float(loss)
             count += chunk[:, 1:].numel()
     finally:
@@ -147,8 +170,22 @@ def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens:
     targets = np.asarray(streams.val[1: 1 + n_windows * seq_len])  # exactly the predicted tokens
     n_bytes = streams.val_bytes(targets)
     loss = total / count
-    return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "bpb": loss * count / (max(n_bytes, 1) * math.log(2)),
-            "tokens": count, "bytes": n_bytes}
+    out = {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "bpb": loss * count / (max(n_bytes, 1) * math.log(2)),
+           "tokens": count, "bytes": n_bytes}
+    if token_classes:
+        out.update(_token_class_sums(streams, targets, np.concatenate(per_token), np.concatenate(classes)))
+    return out
+
+
+def _token_class_sums(streams: Streams, targets: np.ndarray, losses: np.ndarray, classes: np.ndarray) -> dict:
+    """:func:`evaluate`'s loss split: per token class and, when there is training text, per frequency band."""
+    out = {"token_classes": class_sums(losses, classes)}
+    train = getattr(streams, "train", None)
+    if train is not None and len(train):
+        # Any vocabulary that holds every id gives the same bands (unseen types rank last, as rare).
+        vocab = int(max(np.max(train), np.max(targets))) + 1
+        out["token_bands"] = class_sums(losses, frequency_bands(train, vocab)[targets], BANDS)
+    return out
 
 
 def _dist() -> tuple[int, int]:
@@ -162,6 +199,9 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
              extra_state: dict | None = None) -> dict:
     """Train ``model`` in place; returns the final evaluation and the run's figures.
 
+    Every evaluation, each entry of the validation curve and the final one, carries its loss split by
+    token class and frequency band (:func:`evaluate` with ``token_classes``; keys ``CLASS_SPLITS``),
+    except curve entries restored from a checkpoint written before the split.
     ``reporter`` receives ``train/loss`` and ``train/lr`` every ``log_every`` steps, ``val/loss``,
     ``val/ppl`` and ``val/bpb`` every ``eval_every`` steps (rank 0 only), progress, and checkpoints;
     ``should_stop()`` is polled every step (a checkpoint is written, then :class:`Cancelled` raised).
@@ -196,7 +236,8 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
             _checkpoint(reporter, main, done, model, opt, curve, tokens_done, train_seconds, extra_state)
     if world > 1:
         _check_ranks_agree(model)
-    final = evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device) if main else {}
+    final = (evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device, token_classes=True)
+             if main else {})
     return {"final": final, "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds,
             "tokens_per_s": tokens_done / train_seconds if train_seconds > 0 else float("nan")}
 
@@ -275,8 +316,11 @@ def _report_step(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, rep
     if done % cfg.log_every == 0 or done == cfg.steps:
         reporter.log(done, {"train/loss": loss_value, "train/lr": lr_at(done - 1, cfg)})
     if done % cfg.eval_every == 0 or done == cfg.steps:
-        ev = evaluate(model, streams, cfg.seq_len, cfg.eval_tokens, device=device)
-        curve.append({"step": done, "tokens": tokens_done, **{k: ev[k] for k in ("loss", "ppl", "bpb")}})
+        ev = evaluate(model, streams, cfg.seq_len, cfg.eval_tokens, device=device, token_classes=True)
+        # The class sums ride in the checkpointed curve, so a resumed run reports the steps before its
+        # checkpoint as the uninterrupted one did (plain dicts of ints and floats: weights_only loads them).
+        curve.append({"step": done, "tokens": tokens_done, **{k: ev[k] for k in ("loss", "ppl", "bpb")},
+                      **{k: ev[k] for k in CLASS_SPLITS if k in ev}})
         reporter.log(done, {"val/loss": ev["loss"], "val/ppl": ev["ppl"], "val/bpb": ev["bpb"]})
     reporter.progress(done / cfg.steps, f"step {done}/{cfg.steps} · loss {loss_value:.3f}")
 
