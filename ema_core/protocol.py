@@ -60,6 +60,11 @@ class Reporter(Protocol):
     def save_artifact(self, name: str, data: bytes) -> None:
         """Keep a file the run produced (a tokenizer, ...) with the run; ``name`` is a plain file name."""
 
+    # Optional, not part of the protocol's check: a reporter may also offer ``cell_pool(workers)``, a
+    # pool over a cluster's workers for an experiment that trains independent units in parallel (the
+    # boundary map's cells; see ema_core.experiments.boundary.LocalCellPool for what a pool does).
+    # The job runner's reporter has one on Ray; without it the experiment uses this machine's processes.
+
 
 @dataclass(frozen=True)
 class Experiment:

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import units_for, with_unit
-from ema_core.messages import one_line
+from ema_core.messages import error_line, one_line
 from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError
 from jobs.runner import LocalRunner, existing_run, format_duration, next_free_seed
 
@@ -116,7 +116,29 @@ def cmd_run(args) -> int:
         config = build_config(args.kind, preset=args.preset, overrides=parse_sets(args.set), seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    runner = LocalRunner(slots=args.slots)
+    if args.ray and args.background:
+        # A Ray task lives as long as the driver that submitted it: this command is that driver.
+        raise UsageError("--ray runs in the foreground (the run lives as long as this command); drop --background")
+    runner = _ray_runner(args.ray) if args.ray else LocalRunner(slots=args.slots)
+    try:
+        return _run_with(runner, args, config)
+    finally:
+        if args.ray:
+            runner.close()
+
+
+def _ray_runner(address: str):
+    from jobs.ray_backend import RayRunner  # ray (seconds to import) only when asked for
+
+    try:
+        return RayRunner(address)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - Ray's ways of not connecting are many; say which in one line
+        raise UsageError(f"--ray {address}: could not join the cluster: {error_line(exc)}") from exc
+
+
+def _run_with(runner, args, config) -> int:
     run_id, before = existing_run(args.kind, config, home=runner.home)
     # A done run of the same settings and seed is reused (its numbers would come out the same); a
     # failed, cancelled or crashed one is resumed by submit, a queued or running one followed.
@@ -477,6 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--background", action="store_true", help="start the job and return at once")
     run.add_argument("--slots", type=int, default=2, help="jobs that may run at once (default 2)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--ray", metavar="ADDRESS", help="run it on a Ray cluster (HEAD:PORT; the 'cluster' extra): "
+                                                      "a boundary map spreads its cells over the cluster's workers")
     run.set_defaults(fn=cmd_run)
 
     jobs = sub.add_parser("jobs", help="list, show, cancel, resume and read the logs of jobs")

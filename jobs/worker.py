@@ -268,6 +268,12 @@ def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
 
     record = rd.read_config()
     reporter = RunDirReporter(rd)
+    if backend == "ray":
+        # On a cluster, a run's independent units (the boundary map's cells) go to the cluster's
+        # workers, not to processes beside this one on its node.
+        from jobs.ray_backend import RayCellPool  # ray only where a run came from Ray
+
+        reporter.cell_pool = lambda workers: RayCellPool(workers, log=lambda line: _append_log(rd, line))
     reporter.write_status(state="running", pid=os.getpid(), host=socket.gethostname(), backend=backend,
                           started=now_iso(), ended=None, eta_s=None, message="starting", attempts=attempt)
     _append_log(rd, f"[{now_iso()}] {record['kind']} run {rd.run_id}: attempt {attempt} on {backend}, pid {os.getpid()}")

@@ -25,7 +25,7 @@ ensure_router()  # before anything is drawn: see pages/_router.py
 KIND = "boundary"
 VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
                "not_judged": st.info}
-PRESET_NOTES = {"quick": "every mixer and task, about 50 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
+PRESET_NOTES = {"quick": "every mixer and task, about 35 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
 CHANCE_TEXT = f"""
 **Chance** is what a model that ignores its input scores on a cell: the better of a uniform guess and
 always naming the training split's most frequent label, measured on the cell's own test data. It is
@@ -83,6 +83,15 @@ def map_table(frame: pd.DataFrame) -> pd.DataFrame:
     return mean_std_cells(table, digits=3)
 
 
+def _query(read, picked: list[str]) -> pd.DataFrame:
+    """One of the study's queries for the runs picked (the store was brought up to date when read)."""
+    try:
+        return read(picked)
+    except StoreError as exc:
+        st.error(str(exc))
+        st.stop()
+
+
 def launch_section() -> None:
     st.subheader("Launch")
     exp = REGISTRY[KIND]
@@ -136,16 +145,7 @@ done = finished_runs(runs, "boundary", "one run per preset and seed", launch_sec
 picked, picked_configs, configs, _ = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)",
                                                       "boundary_runs", launch_section)
 
-def _query(read):
-    """One of the study's queries for the runs picked (the store was brought up to date above)."""
-    try:
-        return read(picked)
-    except StoreError as exc:
-        st.error(str(exc))
-        st.stop()
-
-
-rows = _query(boundary_accuracy)
+rows = _query(boundary_accuracy, picked)
 if rows.empty:
     st.info("These runs hold no cells of the map.")
     launch_section()
@@ -187,7 +187,7 @@ with text_col:
 # -- recall --------------------------------------------------------------------------------------------
 # The whole width: one facet per MQAR size does not shrink to a column.
 st.subheader("MQAR recall against state size")
-recall = _query(boundary_recall_state)
+recall = _query(boundary_recall_state, picked)
 if len(recall_state_frame(recall)):
     chart_with_downloads(recall_state_chart(recall_state_frame(recall)), "boundary_recall_state",
                          key="boundary_recall_chart")
@@ -211,7 +211,7 @@ if "mqar" in present and (under := undertrained_text(rows)):
 
 # -- the learning rates ---------------------------------------------------------------------------------
 with st.expander("Dev accuracy per learning rate"):
-    curves = _query(boundary_dev_curve)
+    curves = _query(boundary_dev_curve, picked)
     if curves.empty:
         st.info("These runs hold no dev curves (runs stored before every rate's dev accuracy was): only the "
                 "chosen rate and its dev accuracy, in the map's table.")

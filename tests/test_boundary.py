@@ -234,10 +234,9 @@ def test_the_pool_hands_out_the_longest_cells_first():
     cfg = build_config("boundary", preset="quick")
     grid = cells(cfg)
     sizes = [boundary_experiment.cell_size(cfg, c) for c in grid]
-    longest = max(range(len(grid)), key=sizes.__getitem__)
-    assert grid[longest].difficulty.task == "mqar" and grid[longest].width == cfg.model.d
-    agreement = next(i for i, c in enumerate(grid) if c.difficulty.task == "agree_structure")
-    assert sizes[longest] > sizes[agreement]
+    mqar = [s for c, s in zip(grid, sizes) if c.difficulty.task == "mqar"]
+    rest = [s for c, s in zip(grid, sizes) if c.difficulty.task != "mqar"]
+    assert min(mqar) > max(rest)  # every MQAR cell, the narrow ones of recall against state too, first
 
 
 def test_recall_against_state_reuses_the_map_s_cell_at_the_body_s_width(tiny_run):

@@ -1,5 +1,7 @@
 """The Ray backend against a real Ray head started on loopback, torn down by its process ids."""
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +20,7 @@ except ImportError:
                 allow_module_level=True)
 
 from ema_core.experiments import REGISTRY, NullReporter, build_config
+from ema_core.experiments.boundary import cells
 from jobs.ray_backend import RayRunner
 from ema_core.rundir import RunDir, wait_for
 
@@ -81,8 +84,9 @@ def ray_head():
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="emalab-ray-")  # short: Ray's socket paths live under it
     env = {**os.environ, **LOOPBACK_ONLY}
+    # Three CPUs: a boundary run's own task holds one while its cells take the other two at once.
     head = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "2",
+        [str(ray_bin), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "3",
          "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", temp],
         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -136,3 +140,39 @@ def test_cancel_and_resume_on_ray(runner, tmp_path):
     assert resumed["tables"] == whole["tables"]
     assert {k: v for k, v in resumed["summary"].items() if k != "seconds"} == \
         {k: v for k, v in whole["summary"].items() if k != "seconds"}
+
+
+# A whole boundary grid in seconds: two tasks, every kind of cell (agreement, MQAR, recall at a second width).
+TINY_MAP = {"mixers": "window_k,ema,softmax", "tasks": "agree_content,mqar", "distances": "1,3", "mqar_pairs": "2",
+            "mqar_len": "16", "data.seq_len": 16, "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16,
+            "data.mqar_vocab": 32, "train.steps": 6, "train.lrs": "0.01,0.003", "train.choose_at": 0.5,
+            "train.eval_every": 2, "model.d": 16, "recall_widths": "8,16", "workers": 2}
+
+
+def _sorted_rows(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def test_a_boundary_map_on_ray_spreads_its_cells_over_the_cluster_and_matches_a_local_run(ray_head, tmp_path):
+    """The README's command: `emalab run boundary --ray HEAD` runs the map's cells as Ray tasks, in
+    worker processes other than the run's own, and gives the rows a run on this machine gives."""
+    home = tmp_path / "home"
+    env = {**os.environ, **LOOPBACK_ONLY, "EMALAB_HOME": str(home)}
+    sets = [f"--set={k}={v}" for k, v in TINY_MAP.items()]
+    out = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "boundary", "--ray", ray_head, "--json", *sets],
+                         env=env, capture_output=True, text=True, timeout=PATIENCE)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(out.stdout)
+    assert record["state"] == "done" and record["ingested"], record
+    rd = RunDir.for_id(record["run_id"], home)
+    status = rd.read_status()
+    assert status["backend"] == "ray"
+    cfg = build_config("boundary", overrides=TINY_MAP)
+    where = re.search(r"(\d+) cells on Ray: (\d+) worker processes on (\d+) node", rd.log_path.read_text())
+    assert where, rd.log_path.read_text()
+    assert int(where[1]) == len(cells(cfg)) and int(where[2]) >= 2  # spread, not one process per run
+    local = REGISTRY["boundary"].run(build_config("boundary", overrides={**TINY_MAP, "workers": 1}), NullReporter())
+    on_ray = rd.read_result()["tables"]
+    assert set(on_ray) == set(local["tables"])
+    for name, rows in local["tables"].items():
+        assert rows and _sorted_rows(on_ray[name]) == _sorted_rows(rows), name

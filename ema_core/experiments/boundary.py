@@ -380,16 +380,14 @@ def _run_serial(cfg, grid, todo, reporter, finished) -> bool:
 
 
 def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
-    """The cells in ``cfg.workers`` processes; a stop is passed to them through one shared event."""
-    # Spawned, not forked: the parent may hold torch's thread pools (or a Ray worker's state), which
-    # a forked child inherits half-initialised.
-    ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    pool = ProcessPoolExecutor(max_workers=min(cfg.workers, len(todo)), mp_context=ctx, initializer=_worker_init,
-                               initargs=(stop, os.getpid()))
+    """The cells over ``cfg.workers`` processes of this machine, or over a cluster's workers where the
+    reporter offers a pool (``reporter.cell_pool``: a run started on Ray spreads its cells there)."""
     # The longest cells first (MQAR's, at its length and steps): a long cell handed out last would
     # leave the other workers idle while it finishes.  Rows do not depend on the order.
     order = sorted(todo, key=lambda i: -cell_size(cfg, grid[i]))
+    workers = min(cfg.workers, len(todo))
+    cluster = getattr(reporter, "cell_pool", None)
+    pool = cluster(workers) if cluster is not None else LocalCellPool(workers)
     futures = {pool.submit(_worker_cell, cfg, *grid[i]): i for i in order}
     seen = set()  # the futures whose outcome was read (a row goes to ``finished`` once)
 
@@ -405,10 +403,10 @@ def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
             for fut in ready:
                 keep(fut)
             if pending and reporter.should_stop():
-                stop.set()
+                pool.stop()
                 for fut in pending:
                     fut.cancel()
-                for fut in pending:  # the running cells see the event at their next step
+                for fut in pending:  # the running cells end at their next step, their outcome None
                     if not fut.cancelled():
                         keep(fut)
                 return False
@@ -417,7 +415,7 @@ def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
         # A cell failed (or the parent was interrupted): without this the pool's exit would train
         # every queued cell before the error surfaced, hours on a full map, and record none of them.
         # Queued cells are cancelled, running ones stop at their next step, finished ones are kept.
-        stop.set()
+        pool.stop()
         pool.shutdown(wait=True, cancel_futures=True)
         for fut in futures:
             if fut not in seen and not fut.cancelled() and fut.exception() is None:
@@ -426,6 +424,30 @@ def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class LocalCellPool:
+    """The cells in processes of this machine.  What a pool does for :func:`_run_parallel` (a
+    cluster's, :class:`jobs.ray_backend.RayCellPool`, does the same): ``submit`` a cell, returning a
+    :class:`concurrent.futures.Future` of its outcome; ``stop`` the running cells, whose futures then
+    end with None (cut short: trained again on resume); ``shutdown``."""
+
+    def __init__(self, workers: int):
+        # Spawned, not forked: the parent may hold torch's thread pools (or a Ray worker's state),
+        # which a forked child inherits half-initialised.
+        ctx = multiprocessing.get_context("spawn")
+        self._stop = ctx.Event()  # one shared event: each cell checks it at every step
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                         initargs=(self._stop, os.getpid()))
+
+    def submit(self, fn, *args):
+        return self._pool.submit(fn, *args)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 _STOP = None
@@ -464,8 +486,9 @@ def _die_with(parent: int) -> None:
 
 
 def _worker_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: int) -> dict | None:
+    # A local pool's worker checks the shared stop event; a cluster's is stopped by its pool instead.
     with one_thread():
-        return run_cell(cfg, mixer, d, seed, width, _STOP.is_set)
+        return run_cell(cfg, mixer, d, seed, width, _STOP.is_set if _STOP is not None else (lambda: False))
 
 
 @contextlib.contextmanager
@@ -486,8 +509,11 @@ def cell_steps(cfg: BoundaryConfig, d: Difficulty) -> int:
 
 
 def cell_size(cfg: BoundaryConfig, cell: Cell) -> int:
-    """A cell's work in token-steps times width, to hand out the longest first (an order, not a time)."""
-    return cell_steps(cfg, cell.difficulty) * cell.difficulty.seq_len * cell.width
+    """A cell's work in token-steps, to hand out the longest first (an order, not a time).  Not times
+    the width: at d ≤ 64 a step costs about as much at any width (measured: MQAR at d = 16 took 60–100 s
+    a cell, at d = 64 90–140 s), and counting width put the narrow MQAR cells last, where one
+    worker finished them alone."""
+    return cell_steps(cfg, cell.difficulty) * cell.difficulty.seq_len
 
 
 def eval_steps(start: int, stop: int, every: int) -> list[int]:
@@ -605,7 +631,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
-    one_click=False,  # about 50 minutes on 2 cores: launched from its page, not with the paper's quick reproduction
+    one_click=False,  # about 35 minutes on 2 cores: launched from its page, not with the paper's quick reproduction
     # Runs made before these settings ran without a conv, on the sentence templates, and without
     # recall against state size (their MQAR vocabulary: BoundaryConfig._older_mqar_keys).
     older_behaviour={"model.conv": 0, "data.structure": "templates", "recall_widths": []},
