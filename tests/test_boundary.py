@@ -393,9 +393,9 @@ def test_a_worker_killed_with_sigkill_takes_its_training_children_with_it(tmp_pa
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 900  # liveness only (a hang, not a speed): two spawned workers each start a cell
+        # Until two spawned workers each start a cell; a hang is pytest-timeout's to catch, not a clock's here.
         while len(list(started.iterdir())) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, "the workers never started a cell"
+            assert proc.poll() is None, "the run ended before its workers started a cell"
             time.sleep(0.2)
         children = _children(proc.pid)
         assert len(children) >= 3  # two workers and the resource tracker
