@@ -59,18 +59,21 @@ def test_bad_settings_are_refused_naming_the_setting():
 
 
 def test_a_stored_config_of_an_older_run_reads_as_it_ran():
-    """A run made before the conv, the independent structure, MQAR's vocabulary and recall against
-    state stored none of them: it reads as what it ran (no conv, the templates, keys K as a
-    vocabulary holding K keys, no recall cells), not as today's defaults."""
+    """A run made before the conv, the independent structure, MQAR's vocabulary, recall against state
+    and the softmax heads setting stored none of them: it reads as what it ran (no conv, the
+    templates, keys K as a vocabulary holding K keys, no recall cells, four heads), not as today's
+    defaults."""
     from ema_core.rundir import current_config
 
     today = build_config("boundary", overrides=TINY).model_dump(mode="json")
     older = json.loads(json.dumps(today))
     del older["model"]["conv"], older["data"]["structure"], older["data"]["mqar_vocab"], older["recall_widths"]
-    del older["train"]["mqar_steps"], older["train"]["eval_every"]  # their defaults are what older runs did
+    del older["model"]["heads"]
+    del older["train"]["mqar_steps"], older["train"]["eval_every"], older["model"]["mlp"]  # defaults: as older runs
     older["data"]["mqar_keys"] = 16
     cfg = boundary_experiment.BoundaryConfig.model_validate(current_config("boundary", older))
     assert cfg.model.conv == 0 and cfg.data.structure == "templates" and cfg.recall_widths == ()
+    assert cfg.model.heads == 4 and cfg.model.mlp == 4  # four softmax heads, an MLP of 4·d
     assert cfg.data.mqar_vocab == 34 and boundary_experiment.mqar_keys(cfg.data) == 16
     assert len(cells(cfg)) == 2 * MAP_CELLS
     assert current_config("boundary", today) == today  # a config of today passes as it is

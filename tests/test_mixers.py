@@ -234,6 +234,31 @@ def test_without_the_conv_the_model_is_the_one_without_it_bit_for_bit():
             assert not torch.equal(conv(tokens), plain(tokens))
 
 
+def test_the_body_reads_its_mlp_and_the_attentions_heads_from_its_settings():
+    """``mlp`` sizes every block's MLP (0: none, no parameter for it); ``heads`` reaches the softmax
+    attentions and no other mixer; a body without an ``mlp`` setting has the GPT's 4·d."""
+    from ema_core.experiments.boundary import BoundaryModelConfig
+    from ema_core.mixers.model import MixerNet
+
+    sizes = {}
+    for mlp in (0, 1, 2, 4):
+        net = MixerNet.from_settings("softmax", BoundaryModelConfig(d=D, mlp=mlp, heads=2), 10, 2, seed=0)
+        assert all((b.mlp is None and b.norm2 is None) if mlp == 0 else b.mlp[0].out_features == mlp * D
+                   for b in net.blocks)
+        assert net.blocks[0].mixer.heads == 2
+        sizes[mlp] = net.params()
+        net(torch.randint(0, 10, (2, 5))).sum().backward()  # it trains with or without its MLPs
+    per_block = lambda e: 2 * D * e * D + e * D + D  # noqa: E731  the two linears and their biases
+    assert sizes[4] - sizes[2] == 2 * (per_block(4) - per_block(2))
+    assert sizes[1] - sizes[0] == 2 * (per_block(1) + 2 * D)  # and the norm before it
+    seq = MixerNet.from_settings("ema3_seq", BoundaryModelConfig(d=D, heads=4), 10, 2, seed=0)
+    assert seq.blocks[0].mixer.heads == 4
+    assert MixerNet.from_settings("window_k", SimpleNamespace(d=D, layers=1, positions=True, window=4), 10, 2,
+                                  seed=0).blocks[0].mlp[0].out_features == 4 * D
+    with pytest.raises(ValueError, match=r"heads: d \(64\) must be divisible by heads, got 3"):
+        BoundaryModelConfig(heads=3)
+
+
 def test_the_body_reads_conv_from_its_settings_and_none_where_it_has_no_such_setting():
     from ema_core.mixers.model import MixerNet
 

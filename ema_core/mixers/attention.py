@@ -16,6 +16,7 @@ from ema_core.mixers.ema import attention_reference
 
 class Softmax(Mixer):
     name = "softmax"
+    settings = {"heads": "heads"}  # the model's ``heads`` setting (zoology's MQAR attention has one)
 
     def __init__(self, d: int, seed: int = 0, heads: int = 4):
         super().__init__(d, seed)

@@ -67,6 +67,7 @@ class EMA3Seq(Mixer):
 
     name = "ema3_seq"
     rates = SPEN_RATES
+    settings = {"heads": "heads"}  # the model's ``heads`` setting, as softmax attention's
 
     def __init__(self, d: int, seed: int = 0, heads: int = 4):
         super().__init__(d, seed)

@@ -1,7 +1,7 @@
 """The small model every mixer is compared in: the same body around each, only the context mixer differs.
 
     tokens (B, T) → embedding (B, T, d)
-    × layers:  x = x + mixer(conv(LN(x)));  x = x + MLP(LN(x))      MLP: d → 4d → d, GELU
+    × layers:  x = x + mixer(conv(LN(x)));  x = x + MLP(LN(x))      MLP: d → mlp·d → d, GELU
     → LN → head (B, T, n_classes)
 
 Pre-norm residual blocks as in the language models of :mod:`ema_core.lm`; the MLP mixes channels
@@ -15,6 +15,9 @@ channel.  It gives every mixer the same few tokens of exact local memory (``conv
 layer), which is what lets a recurrent state or an attention head bind a token to its neighbour
 (MQAR's key to its value) in one layer.  With ``conv=0`` there is no module and no step: the model
 is the one without it, bit for bit.
+
+``mlp`` is the MLP's expansion (4 by default, as in a GPT; 0: no MLP, as in zoology's MQAR models,
+whose blocks are mixers only).  At d = 64 on a CPU the MLP is most of a step's arithmetic.
 
 ``positions=True`` adds fixed sinusoidal position codes to the embeddings (the same for every
 mixer): without them softmax attention cannot tell the token k steps back from any other, and a
@@ -71,11 +74,15 @@ class ShortConv(nn.Module):
 
 
 class MixerBlock(nn.Module):
-    def __init__(self, mixer: str, d: int, seed: int, conv: int = 0, **options):
+    def __init__(self, mixer: str, d: int, seed: int, conv: int = 0, mlp: int = 4, **options):
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        if mlp < 0:
+            raise ValueError(f"mlp must be 0 (none) or an expansion of at least 1, got {mlp}")
+        self.norm1 = nn.LayerNorm(d)
         self.mixer = build_mixer(mixer, d, seed=seed, **options)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        # no MLP: no module and no parameter for it (the norm before it included)
+        self.norm2 = nn.LayerNorm(d) if mlp else None
+        self.mlp = nn.Sequential(nn.Linear(d, mlp * d), nn.GELU(), nn.Linear(mlp * d, d)) if mlp else None
         self.conv = ShortConv(d, conv, seed) if conv else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -83,7 +90,7 @@ class MixerBlock(nn.Module):
         if self.conv is not None:
             h = self.conv(h)
         x = x + self.mixer(h)
-        return x + self.mlp(self.norm2(x))
+        return x if self.mlp is None else x + self.mlp(self.norm2(x))
 
     def state_floats(self, T: int) -> int:
         return self.mixer.state_floats(T) + (self.conv.state_floats() if self.conv is not None else 0)
@@ -91,7 +98,7 @@ class MixerBlock(nn.Module):
 
 class MixerNet(nn.Module):
     def __init__(self, mixer: str, vocab: int, n_classes: int, d: int = 64, layers: int = 2, seed: int = 0,
-                 positions: bool = False, conv: int = 0, **options):
+                 positions: bool = False, conv: int = 0, mlp: int = 4, **options):
         super().__init__()
         if vocab < 1 or n_classes < 2 or layers < 1:
             raise ValueError(f"a model needs vocab ≥ 1, n_classes ≥ 2 and layers ≥ 1, got {vocab}, {n_classes}, {layers}")
@@ -105,17 +112,18 @@ class MixerNet(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.embed = nn.Embedding(vocab, d)
-            self.blocks = nn.ModuleList(MixerBlock(mixer, d, seed * 1000 + i, conv, **options) for i in range(layers))
+            self.blocks = nn.ModuleList(MixerBlock(mixer, d, seed * 1000 + i, conv, mlp, **options)
+                                        for i in range(layers))
             self.norm = nn.LayerNorm(d)
             self.head = nn.Linear(d, n_classes)
 
     @classmethod
     def from_settings(cls, mixer: str, body: Any, vocab: int, n_classes: int, seed: int) -> "MixerNet":
-        """The model a config's ``body`` describes: its ``d``, ``layers``, ``positions`` and ``conv`` (none
-        where the body has no such setting), and whichever of its settings the mixer declares it takes
-        (:attr:`ema_core.mixers.base.Mixer.settings`)."""
+        """The model a config's ``body`` describes: its ``d``, ``layers``, ``positions``, ``conv`` (none
+        where the body has no such setting), ``mlp`` (4 where it has none), and whichever of its
+        settings the mixer declares it takes (:attr:`ema_core.mixers.base.Mixer.settings`)."""
         return cls(mixer, vocab, n_classes, d=body.d, layers=body.layers, seed=seed, positions=body.positions,
-                   conv=getattr(body, "conv", 0), **mixer_options(mixer, body))
+                   conv=getattr(body, "conv", 0), mlp=getattr(body, "mlp", 4), **mixer_options(mixer, body))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
