@@ -1,4 +1,5 @@
-"""The content study's verdicts: the predictor ablation (PAPER.md §3) judged by the shared rule.
+"""The content study's verdicts: the predictor ablation (PAPER.md §3) and where SPEN's gap to the GPT
+lives among the token classes of the held-out loss, each judged by the shared rule.
 
 Pure arithmetic on one row per finished run (model, predictor, attn_input, seed, loss; no torch, no
 pandas, no store), so that the page, the store and a benchmark judge the same runs the same way.
@@ -8,6 +9,11 @@ without loading Altair or torch.
 Every comparison is a difference Δ = loss(variant) − loss(reference) formed within each seed both
 variants hold (runs of one seed draw the same batches in the same order), then averaged over those
 seeds; its spread is the sample std of Δ across them (:func:`ema_core.verdicts.paired`).
+
+The token classes (:mod:`ema_core.lm.token_classes`) are read from the store's class sums (tokens and
+summed nats per run and class): :func:`class_gaps` (SPEN − its GPT per class, and the share of the
+whole gap each class carries), :func:`gap_verdicts` (the pre-registered claims ``GAP_CLAIMS``) and
+:func:`variant_class_deltas` (each SPEN variant against SPEN linear per class).
 """
 from __future__ import annotations
 
@@ -16,8 +22,10 @@ from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping
 
 from ema_core import palette
+from ema_core.lm.token_classes import BANDS, CLASSES
 from ema_core.tables import number_text
-from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, paired, spread
+from ema_core.verdicts import (VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, paired, spread,
+                               t_threshold)
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 
 # -- the variants' names -------------------------------------------------------------------------------
@@ -209,3 +217,334 @@ def _judged(claim: list[Comparison], power: Comparison | None, has_linear: bool)
         f"Inconclusive at this budget: {within}, but the raw-token control, {power.variant}, is {how} "
         f"(Δ = {n(power.delta.mean)} against {n(power.threshold)}): the ablation has no power at this budget, "
         "so its flatness says nothing about the predictors.")
+
+
+# -- where the gap lives: token classes ----------------------------------------------------------------
+#
+# Rows: the store's ``lm_token_class_pairs`` (one per run, evaluation, step, partition and class: tokens
+# and the loss summed in nats, with the run's group_id, seed and the run id of the GPT its final table
+# divides it by).  Everything below reads the final evaluation only; sums, never means, are pooled.
+
+PARTITIONS = {"class": CLASSES, "band": BANDS}  # the store's partition -> its classes, in their order
+PARTITION_LABELS = {"class": "token class", "band": "training-frequency band"}
+ALL_TOKENS = "all tokens"  # the row of every class of a partition pooled: the run's whole held-out loss
+
+
+def class_label(name: str) -> str:
+    """``"recall 1–16"``, ``"recall 257+"``, ``"first"``, ``"rare"``: how charts and tables name a class."""
+    if name.startswith("recall_"):
+        return "recall " + name[len("recall_"):].replace("_plus", "+").replace("_", "–")
+    return name
+
+
+# The pre-registered rule of where the gap should live (fixed before any run was read; a test holds them
+# to the classes of ema_core.lm.token_classes, so a change there cannot silently move them).
+RECALL = ("recall_1_16", "recall_17_64", "recall_65_256", "recall_257_plus")  # every distance
+NOT_RECALL = ("first", "other")
+FAR_RECALL = ("recall_65_256", "recall_257_plus")  # more than 64 tokens back
+NEAR_RECALL = ("recall_1_16",)
+# The paper's argument (a fixed-decay trace loses which token came when), as zoology measures it
+# (arXiv 2312.04927: 82 % of the gap between attention-free models and attention sits on recall tokens).
+GAP_PREDICTION = "the gap concentrates on recall tokens and grows with their distance"
+
+
+@dataclass(frozen=True)
+class GapClaim:
+    key: str
+    what: str                 # the claim in words, with the Δ it is judged by
+    paper: str                # the part of GAP_PREDICTION it tests
+    more: tuple[str, ...]     # classes pooled (Σ loss / Σ tokens) whose gap per token should be larger
+    less: tuple[str, ...]     # classes pooled it is held against
+    needs: str                # the tokens a seed must hold for Δ, for the sentence when none does
+
+
+GAP_CLAIMS: tuple[GapClaim, ...] = (
+    GapClaim("concentrates", "The gap concentrates on recall tokens (gap per token on recall tokens, every "
+             "distance pooled − on first and other tokens pooled, > 0)", "the gap concentrates on recall tokens",
+             RECALL, NOT_RECALL,
+             "both recall tokens and first or other tokens"),
+    GapClaim("grows_with_distance", "The gap grows with the recall distance (gap per token on recall tokens more "
+             "than 64 back − on recall tokens 1–16 back, > 0)", "and grows with their distance",
+             FAR_RECALL, NEAR_RECALL,
+             "recall tokens both more than 64 back (evaluation windows longer than 65 tokens: train.seq_len) and "
+             "1–16 back"),
+)
+GAP_RULE = (
+    "**The rule.** The gap of a class is SPEN's loss per token on it − the GPT's, formed within each seed (the GPT "
+    "of the same seed and settings, as in the final table), on the final evaluation; a pool of classes sums their "
+    "losses and tokens first. Each claim's Δ is one seed's gap per token on one pool − on another, judged as every "
+    f"claim here: beyond the seeds' spread when |mean Δ| > {VERDICT_K:g} × the sample std of Δ across the seeds, "
+    f"on at least {VERDICT_MIN_SEEDS} seeds. **Reproduced**: Δ > 0 beyond the spread; **not reproduced**: Δ < 0 "
+    "beyond it; **inconclusive**: within it; **not measured**: no seed holds tokens of both pools."
+)
+GAP_WORDS = {**SHARED_WORDS, "not_measured": "not measured"}
+
+
+def _number(v) -> float | None:
+    """A finite float, else None (a frame's NaN, a missing value)."""
+    if v is None:
+        return None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+Sums = dict[tuple[str, str], list[float]]  # (partition, class) -> [tokens, summed nats]
+Key = tuple[Hashable, int]                 # (group_id, seed): the runs one seed pairs
+
+
+@dataclass(frozen=True)
+class _Final:
+    run: dict[str, dict]   # run id -> its labels (model, predictor, attn_input, group_id, seed, gpt_run_id)
+    sums: dict[str, Sums]  # run id -> its final class sums
+
+
+def _finals(rows: Iterable[Mapping]) -> _Final:
+    run: dict[str, dict] = {}
+    sums: dict[str, Sums] = {}
+    for r in rows:
+        if r.get("evaluation") != "final" or _number(r.get("seed")) is None:
+            continue
+        tokens, loss = _number(r.get("tokens")), _number(r.get("loss"))
+        if tokens is None or (loss is None and tokens > 0):
+            continue  # an unreadable row is left out, never read as zero nats
+        gpt = r.get("gpt_run_id")
+        run.setdefault(r["run_id"], {"model": r.get("model"), "predictor": r.get("predictor"),
+                                     "attn_input": r.get("attn_input"), "group_id": r.get("group_id"),
+                                     "seed": int(r["seed"]), "gpt_run_id": gpt if isinstance(gpt, str) else None})
+        s = sums.setdefault(r["run_id"], {}).setdefault((r.get("partition"), r.get("class")), [0.0, 0.0])
+        s[0] += tokens
+        s[1] += loss or 0.0
+    return _Final(run, sums)
+
+
+def _add(into: Sums, sums: Sums) -> None:
+    for k, (t, l) in sums.items():
+        s = into.setdefault(k, [0.0, 0.0])
+        s[0] += t
+        s[1] += l
+
+
+def _per_token(sums: Sums, partition: str, names: Iterable[str]) -> float | None:
+    """Σ nats / Σ tokens over ``names`` (a pool); None when the pool holds no token."""
+    tokens = math.fsum(sums.get((partition, n), (0.0, 0.0))[0] for n in names)
+    loss = math.fsum(sums.get((partition, n), (0.0, 0.0))[1] for n in names)
+    return loss / tokens if tokens > 0 else None
+
+
+def _spen_variants(f: _Final) -> list[Variant]:
+    """The SPEN variants present, in the page's order (LM_VARIANTS), then any other."""
+    present = {(m["predictor"], m["attn_input"]) for m in f.run.values()
+               if m["model"] == "spen" and isinstance(m["predictor"], str) and isinstance(m["attn_input"], str)}
+    known = [(p, a) for (model, p, a) in palette.LM_VARIANTS if model == "spen" and (p, a) in present]
+    return known + sorted(present - set(known))
+
+
+def _with_gpt(f: _Final, variant: Variant) -> dict[Key, tuple[Sums, Sums]]:
+    """(group, seed) -> (the SPEN variant's sums, its GPT's), over the SPEN runs the store paired with a
+    GPT whose rows are here.  Two runs of one key (a setting that changes no number) add up on both sides."""
+    out: dict[Key, tuple[Sums, Sums]] = {}
+    for run_id, m in f.run.items():
+        gpt = m["gpt_run_id"]
+        if m["model"] != "spen" or (m["predictor"], m["attn_input"]) != variant or gpt not in f.sums:
+            continue
+        spen_sums, gpt_sums = out.setdefault((m["group_id"], m["seed"]), ({}, {}))
+        _add(spen_sums, f.sums[run_id])
+        _add(gpt_sums, f.sums[gpt])
+    return out
+
+
+def _of_variant(f: _Final, variant: Variant) -> dict[Key, Sums]:
+    out: dict[Key, Sums] = {}
+    for run_id, m in f.run.items():
+        if m["model"] == "spen" and (m["predictor"], m["attn_input"]) == variant:
+            _add(out.setdefault((m["group_id"], m["seed"]), {}), f.sums[run_id])
+    return out
+
+
+def gap_variant(rows: Iterable[Mapping]) -> Variant | None:
+    """The SPEN variant whose gap to the GPT the section shows and judges: SPEN linear (the paper's SPEN,
+    as the paper table reads it) when a run of it has its GPT here, else the first SPEN variant that has."""
+    f = _finals(rows)
+    paired_variants = [v for v in _spen_variants(f) if _with_gpt(f, v)]
+    return LINEAR if LINEAR in paired_variants else (paired_variants[0] if paired_variants else None)
+
+
+@dataclass(frozen=True)
+class ClassGap:
+    """One class of a partition (or ALL_TOKENS, every class pooled), SPEN beside its GPT across seeds."""
+
+    name: str           # the store's class name, or ALL_TOKENS
+    tokens: float       # tokens scored (the same held-out text on every seed: mean over the seeds)
+    token_share: float  # of all tokens of the partition (NaN when it holds none)
+    spen: Spread        # SPEN's loss per token (nats)
+    gpt: Spread         # the GPT's
+    gap: Spread         # SPEN − GPT within each seed (negative: SPEN is better there)
+    share: Spread       # tokens · gap / Σ over the partition's classes of tokens · gap, per seed
+
+    @property
+    def label(self) -> str:
+        return class_label(self.name)
+
+
+@dataclass(frozen=True)
+class GapSplit:
+    variant: str                    # the SPEN's label (lm_variant_label)
+    partition: str                  # "class" or "band"
+    classes: tuple[ClassGap, ...]   # the partition's classes in their order
+    overall: ClassGap               # every class pooled (its share is 1 wherever one is defined)
+
+    @property
+    def seeds(self) -> int:
+        return self.overall.gap.n
+
+
+def class_gaps(rows: Iterable[Mapping], partition: str = "class", variant: Variant | None = None) -> GapSplit | None:
+    """Where the gap between a SPEN variant (default :func:`gap_variant`) and its GPT lives, per class of
+    ``partition`` on the final evaluation: each model's loss per token, the gap, and the share of the whole
+    gap each class carries, each formed within a seed (group_id, seed) and then across seeds.
+
+    share_c = tokens_c · gap_c / Σ_c tokens_c · gap_c, which sums to 1 over a partition because the class
+    sums add up to the whole loss.  A class with no tokens has no loss per token and no gap (None, left out
+    of the spread) and carries a share of 0; a seed whose whole gap is exactly 0 has no shares.  None when
+    no SPEN run of the variant has its GPT among the rows with this partition's classes.
+    """
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+    names = PARTITIONS[partition]
+    f = _finals(rows)
+    variant = variant if variant is not None else gap_variant(rows)
+    pairs = _with_gpt(f, variant) if variant is not None else {}
+    if not pairs:
+        return None
+    per: dict[str, dict[str, list]] = {n: {k: [] for k in ("tokens", "spen", "gpt", "gap", "share")}
+                                       for n in (*names, ALL_TOKENS)}
+    for spen_sums, gpt_sums in pairs.values():
+        if not any(k[0] == partition for k in spen_sums):
+            continue  # a run without this partition's rows is not a seed of it (no zeros counted)
+        weighted: dict[str, float] = {}
+        for n in names:
+            tokens = spen_sums.get((partition, n), (0.0, 0.0))[0]
+            s, g = _per_token(spen_sums, partition, (n,)), _per_token(gpt_sums, partition, (n,))
+            gap = s - g if s is not None and g is not None else None
+            per[n]["tokens"].append(tokens)
+            per[n]["spen"].append(s)
+            per[n]["gpt"].append(g)
+            per[n]["gap"].append(gap)
+            if tokens == 0:
+                weighted[n] = 0.0  # an empty class carries nothing
+            elif gap is not None:
+                weighted[n] = tokens * gap
+        whole = math.fsum(weighted.values())
+        for n in names:
+            per[n]["share"].append(weighted[n] / whole if n in weighted and whole != 0 else None)
+        s, g = _per_token(spen_sums, partition, names), _per_token(gpt_sums, partition, names)
+        per[ALL_TOKENS]["tokens"].append(math.fsum(spen_sums.get((partition, n), (0.0, 0.0))[0] for n in names))
+        per[ALL_TOKENS]["spen"].append(s)
+        per[ALL_TOKENS]["gpt"].append(g)
+        per[ALL_TOKENS]["gap"].append(s - g if s is not None and g is not None else None)
+        per[ALL_TOKENS]["share"].append(1.0 if whole != 0 else None)
+    if not per[ALL_TOKENS]["tokens"]:
+        return None  # no SPEN with its GPT holds this partition
+    total = spread(per[ALL_TOKENS]["tokens"]).mean
+
+    def row(n: str) -> ClassGap:
+        p = per[n]
+        tokens = spread(p["tokens"]).mean
+        return ClassGap(n, tokens, tokens / total if total > 0 else math.nan, spread(p["spen"]), spread(p["gpt"]),
+                        spread(p["gap"]), spread(p["share"]))
+
+    return GapSplit(lm_variant_label("spen", *variant), partition, tuple(row(n) for n in names), row(ALL_TOKENS))
+
+
+@dataclass(frozen=True)
+class GapVerdict:
+    claim: GapClaim
+    variant: str    # the SPEN judged (lm_variant_label)
+    delta: Spread   # per seed: the gap per token on claim.more − on claim.less (nats/token)
+    verdict: str    # a key of GAP_WORDS
+
+    @property
+    def word(self) -> str:
+        return not_judged(self.delta.n) if self.verdict == "not_judged" else GAP_WORDS[self.verdict]
+
+    @property
+    def threshold(self) -> float:
+        return VERDICT_K * self.delta.std
+
+    @property
+    def sentence(self) -> str:
+        d, what = self.delta, self.claim.what
+        if d.n == 0:
+            return (f"{what}: not measured by these runs — no seed of {self.variant} with its GPT holds "
+                    f"{self.claim.needs}.")
+        if d.n < VERDICT_MIN_SEEDS:
+            return f"{what}: Δ = {verdict_number(d.mean)} nats/token ({self.variant}) — {self.word}."
+        return (f"{what}: Δ = {verdict_number(d.mean)} nats/token ({self.variant}), std {verdict_number(d.std)} "
+                f"across {d.n} seeds (threshold {VERDICT_K:g} × std = {verdict_number(self.threshold)}; paired "
+                f"t = {d.t:.2f} against {t_threshold(d.n):.2f}) — {self.word}.")
+
+
+def gap_verdicts(rows: Iterable[Mapping], variant: Variant | None = None) -> list[GapVerdict]:
+    """Each of GAP_CLAIMS judged by the shared rule for a SPEN variant (default :func:`gap_variant`)
+    against its GPT, from the final evaluation's classes; empty when no SPEN run has its GPT here."""
+    f = _finals(rows)
+    variant = variant if variant is not None else gap_variant(rows)
+    pairs = _with_gpt(f, variant) if variant is not None else {}
+    if not pairs:
+        return []
+    out = []
+    for c in GAP_CLAIMS:
+        deltas = []
+        for spen_sums, gpt_sums in pairs.values():
+            gaps = []
+            for pool in (c.more, c.less):
+                s, g = _per_token(spen_sums, "class", pool), _per_token(gpt_sums, "class", pool)
+                gaps.append(s - g if s is not None and g is not None else None)
+            if None not in gaps:
+                deltas.append(gaps[0] - gaps[1])
+        d = spread(deltas)
+        out.append(GapVerdict(c, lm_variant_label("spen", *variant), d, judge(d) if d.n else "not_measured"))
+    return out
+
+
+@dataclass(frozen=True)
+class VariantClassDelta:
+    """A SPEN variant's loss per token minus SPEN linear's, within each seed, per class and pooled."""
+
+    variant: str                       # lm_variant_label
+    by_class: tuple[tuple[str, Spread], ...]  # (class name, Δ), the partition's classes in order
+    overall: Spread                    # every class pooled: the whole held-out loss
+
+    @property
+    def seeds(self) -> int:
+        return self.overall.n
+
+
+def variant_class_deltas(rows: Iterable[Mapping], partition: str = "class") -> list[VariantClassDelta]:
+    """Every SPEN variant other than SPEN linear against SPEN linear (the ablation's reference), per class
+    of ``partition`` on the final evaluation: Δ = the variant's loss per token − linear's, formed within each
+    (settings, seed) both hold, then across seeds (negative: the variant is better there).  Empty without
+    SPEN linear."""
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+    names = PARTITIONS[partition]
+    f = _finals(rows)
+    reference = _of_variant(f, LINEAR)
+    if not reference:
+        return []
+    out = []
+    for v in _spen_variants(f):
+        if v == LINEAR:
+            continue
+        mine = _of_variant(f, v)
+
+        def delta(pool: tuple[str, ...]) -> Spread:
+            return paired({k: _per_token(s, partition, pool) for k, s in mine.items()},
+                          {k: _per_token(s, partition, pool) for k, s in reference.items()})
+
+        out.append(VariantClassDelta(lm_variant_label("spen", *v), tuple((n, delta((n,))) for n in names),
+                                     delta(tuple(names))))
+    return out

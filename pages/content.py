@@ -8,17 +8,20 @@ import math
 import pandas as pd
 import streamlit as st
 
-from ema_core.content_findings import (ATTN_INPUT_LABELS, VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict,
-                                      lm_variant_label, verdict_number)
+from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, PARTITION_LABELS,
+                                      PARTITIONS, VERDICT_DECIMALS, VERDICT_K, VERDICT_RULE, AblationVerdict,
+                                      ablation_verdict, class_gaps, class_label, gap_verdicts, lm_variant_label,
+                                      variant_class_deltas, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.content import (SMOOTHING, lm_ablation_chart, lm_ablation_frame, lm_curve_chart,
-                                      lm_curve_frame)
+from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, lm_ablation_chart,
+                                      lm_ablation_frame, lm_curve_chart, lm_curve_frame, token_class_curves,
+                                      variant_delta_frame)
 from ema_core.palette import LM_VARIANTS
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, mean_std_cells
-from store.content import lm_ablation, lm_curves, lm_final_losses, lm_final_stats, lm_runs
+from store.content import lm_ablation, lm_curves, lm_final_losses, lm_final_stats, lm_runs, lm_token_class_pairs
 from store.export import mean_std
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -289,6 +292,122 @@ def verdict_block(verdict: AblationVerdict) -> None:
     VERDICT_BOX[verdict.verdict](verdict.sentence)
 
 
+def _verdict_cell(v: float) -> str:
+    return "" if math.isnan(v) else verdict_number(v)
+
+
+def gap_section(picked: list[str], x_axis: str) -> None:
+    """Where SPEN's gap to the GPT lives: per token class (or frequency band), over training, per predictor,
+    and the pre-registered claims judged by the shared rule."""
+    st.subheader("Where the gap lives: token classes")
+    st.markdown(
+        "Every evaluation splits the held-out loss by token. **Token classes** follow zoology (arXiv 2312.04927): a "
+        "target is *recall* when the bigram it completes (previous token, target) already occurred in the window, "
+        "bucketed by how far back (1–16, 17–64, 65–256, 257+ tokens); *first* when the target has not occurred "
+        "in the window yet; *other* the rest. **Frequency bands** rank token types by their count in the training "
+        "split: *frequent* covers the first 50 % of training tokens, *middle* up to 90 %, *rare* the rest. "
+        f"**What to expect**: {GAP_PREDICTION} — an EMA trace keeps that a token occurred, not where, so copying "
+        "it back is what attention can do and SPEN cannot."
+    )
+    try:
+        rows = lm_token_class_pairs(picked)
+    except StoreError as exc:
+        st.error(str(exc))
+        return
+    if rows.empty:
+        st.info("These runs hold no token classes: they were stored before the held-out loss was split by token "
+                "class. Runs launched now store the split at every evaluation.")
+        return
+    without = sorted(set(picked) - set(rows["run_id"]))
+    if without:
+        st.caption(f"{len(without)} of the runs picked hold no token classes (stored before the split) and are "
+                   "left out of this section.")
+    partition = st.radio("Split the loss by", list(PARTITIONS), format_func=PARTITION_LABELS.get, horizontal=True,
+                         key="content_partition")
+    what = PARTITION_LABELS[partition]
+    records = rows.to_dict("records")
+
+    split = class_gaps(records, partition)
+    if split is None:
+        st.info(f"No SPEN run here has the GPT of its seed and settings among the runs picked, both split by "
+                f"{what}: the gap needs both.")
+    else:
+        frame = class_gap_frame(split)
+        # Shares as percentages, on screen and in the downloads alike.
+        table = frame.assign(token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],
+                             share_mean=100 * frame["share_mean"], share_std=100 * frame["share_std"])
+        table = _cells(table.drop(columns=["name"]), {"share": 1}).rename(columns={
+            "class": what, "token_share": "% of tokens", "spen": f"{split.variant} (nats/token)",
+            "gpt": "GPT (nats/token)", "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)",
+            "n": "seeds"})
+        table["tokens"] = table["tokens"].round().astype("int64")
+        st.table(unbroken(table, *table.columns[3:-1]), hide_index=True)
+        table_downloads(table, f"content_gap_{partition}", key="content_gap_dl",
+                        caption=f"Where the gap lives, per {what}: {split.variant}'s loss per token minus the GPT's "
+                                "of the same seed and settings on the final evaluation, then mean ± std across "
+                                "seeds (negative: SPEN is better); share of the gap = tokens × gap / "
+                                "Σ tokens × gap, per seed.", label=f"tab:content-gap-{partition}")
+        st.caption(
+            f"**gap** = {split.variant}'s loss per token on the {what} − the GPT's (the GPT of the same seed and "
+            "settings, as in the final table), formed within each seed; **a negative gap means SPEN is better** on "
+            "those tokens. **share of the gap** = tokens × gap ÷ Σ over the classes of tokens × gap, per seed: the "
+            "part of the whole gap the class carries (zoology: 82 % on recall tokens). Shares add up to 100 % on "
+            "every seed because the classes' summed losses add up to the whole loss; they are read against the "
+            f"whole gap (the *{ALL_TOKENS}* row), so where that is near 0 they are large, of either sign, and "
+            "unstable. A class with no tokens (e.g. recall more than 256 back in windows of 256 tokens) has no "
+            "gap and a share of 0.")
+    chart_col, curve_col = st.columns([1, 1.35])
+    if split is not None:
+        with chart_col:
+            chart_with_downloads(class_gap_chart(frame, split.variant, what), f"content_gap_{partition}",
+                                 key="content_gap_chart")
+    with curve_col:
+        name = st.selectbox(f"{what.capitalize()} over training", PARTITIONS[partition], format_func=class_label,
+                            key=f"content_class_{partition}")
+        curves = lm_curve_frame(token_class_curves(rows, name))
+        label = class_label(name)
+        if curves["value"].notna().any():
+            chart_with_downloads(
+                lm_curve_chart(curves, x=x_axis, y_title=f"loss per token on {label} (nats/token)",
+                               title=f"Over training: {label} tokens",
+                               subtitle="mean across seeds; faint: each seed; the validation steps' evaluations"),
+                f"content_class_curves_{name}", key="content_class_curves_chart")
+            st.caption("The periodic evaluations (on `eval_tokens`), x axis as in the validation curves above: where "
+                       "the GPT's line crosses below SPEN's on a recall class is where attention starts to copy.")
+        else:
+            st.info(f"No {label} tokens in these runs' periodic evaluations.")
+
+    deltas = variant_class_deltas(records, partition)
+    if deltas:
+        st.markdown(f"**Every SPEN predictor against SPEN linear**, per {what}")
+        grid = mean_std_cells(variant_delta_frame(deltas), digits=VERDICT_DECIMALS)
+        st.table(unbroken(grid, *grid.columns[1:-1]), hide_index=True)
+        table_downloads(grid, f"content_gap_variants_{partition}", key="content_gap_variants_dl",
+                        caption=f"Each SPEN variant's loss per token minus SPEN linear's per {what} (nats/token), "
+                                "within each seed both hold, mean ± std across seeds; negative: the variant is "
+                                "better.",
+                        label=f"tab:content-gap-variants-{partition}")
+        st.caption(f"Δ = the variant's loss per token − SPEN linear's, within each seed both hold; negative: the "
+                   f"variant is better there. *{ALL_TOKENS}* is the whole held-out loss: a raw-token control that "
+                   "wins on the recall classes while it is flat there says where attention's advantage sits.")
+
+    if split is not None:
+        verdicts = gap_verdicts(records)
+        st.markdown(f"##### Verdict: does the gap live where the paper's argument puts it? ({split.variant})")
+        st.markdown(GAP_RULE)
+        shown = pd.DataFrame([{
+            "claim": v.claim.what, "the paper predicts": v.claim.paper, "Δ (nats/token)": _verdict_cell(v.delta.mean),
+            "std of Δ": _verdict_cell(v.delta.std), "threshold": _verdict_cell(v.threshold), "seeds": v.delta.n,
+            "verdict": v.word} for v in verdicts])
+        st.table(shown, hide_index=True)
+        table_downloads(shown, "content_gap_verdict", key="content_gap_verdict_dl",
+                        caption="Where the gap lives, judged: each claim's Δ per seed (gap per token on one pool of "
+                                f"classes − on another), mean and std across seeds; threshold = {VERDICT_K:g} × "
+                                "the std of Δ.", label="tab:content-gap-verdict")
+        for v in verdicts:
+            VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
+
+
 def ablation_section(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdict) -> None:
     st.subheader("Predictor ablation")
     st.markdown(
@@ -352,6 +471,7 @@ else:
     verdict = ablation_verdict(finals.to_dict("records"))
     final_table(stats, sel)
     paper_table(stats, found, verdict)
+    gap_section(picked, x_axis)
     ablation_section(stats, found, verdict)
 
 launch_section()

@@ -52,6 +52,11 @@ _LM_RUNS = f"""SELECT r.run_id, r.seed, r.config->>'model' AS model, r.config->>
 # so there), else the config's number (runs made before the record).
 _LM_LR = "coalesce((r.summary->>'lr')::DOUBLE, try_cast(r.config->'train'->>'lr' AS DOUBLE))"
 
+# Training tokens per optimiser step: the summary's count over the run's steps (every process of a DDP
+# run counts), else batch × seq_len (a run with no summary yet).
+_LM_TOKENS_PER_STEP = """coalesce((r.summary->>'tokens')::DOUBLE / (r.config->'train'->>'steps')::DOUBLE,
+                                  (r.config->'train'->>'batch')::DOUBLE * (r.config->'train'->>'seq_len')::DOUBLE)"""
+
 # What an lm_eval row measured, read from its run (see lm_eval_labelled): shown beside every row
 # exported, and equal across the seeds of a config.
 LM_LABELS = ("model", "predictor", "attn_input", "size", "corpus", "params", "lr")
@@ -163,8 +168,7 @@ def lm_curves(run_ids: RunIds, key: str = "val/loss", *, home: Path | None = Non
     return query_frame(
         f"""SELECT m.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
                    r.config->>'attn_input' AS attn_input, m.step,
-                   m.step * coalesce((r.summary->>'tokens')::DOUBLE / (r.config->'train'->>'steps')::DOUBLE,
-                                     (r.config->'train'->>'batch')::DOUBLE * (r.config->'train'->>'seq_len')::DOUBLE) AS tokens,
+                   m.step * {_LM_TOKENS_PER_STEP} AS tokens,
                    m.value
             FROM metrics m JOIN runs r USING (run_id)
             WHERE m.key = $key AND r.kind = 'lm' AND {RUN_FILTER.format(col='m.run_id')}
@@ -232,6 +236,33 @@ def lm_final_losses(run_ids: RunIds = None, split: str = "val", *, home: Path | 
         FROM ev
         ORDER BY {_LM_ORDER.format(p='')}, seed, run_id"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP}, home)
+
+
+def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, split: str = "val", *,
+                         home: Path | None = None) -> pd.DataFrame:
+    """The token-class rows of :func:`lm_token_classes` with what pairs them, the rows the Content page's
+    token-class section reads (:func:`ema_core.content_findings.class_gaps`).
+
+    Columns: run_id, group_id (as :func:`lm_runs`'), model, predictor, attn_input, seed, gpt_run_id (a
+    SPEN run's GPT: the same seed and comparable config, the GPT sized to this SPEN, else to SPEN linear,
+    as :func:`lm_final_stats` divides by; null for a GPT and for a SPEN without one among ``run_ids``),
+    evaluation, step, tokens_seen (training tokens by that step, as :func:`lm_curves` counts them),
+    partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no tokens).  Only
+    runs with a finite final loss on ``split``; empty for runs stored before the split.
+    """
+    sql = f"""
+        WITH {_LM_EVAL_ROWS}
+        SELECT p.run_id, left(md5(p.comparable), 8) AS group_id, p.model, p.predictor, p.attn_input, p.seed,
+               p.gpt_run_id, t.evaluation, t.step, t.step * {_LM_TOKENS_PER_STEP} AS tokens_seen, t.partition,
+               t.class, t.tokens, t.loss, t.loss / nullif(t.tokens, 0) AS loss_per_token
+        FROM per_run p JOIN lm_token_classes t USING (run_id) JOIN runs r USING (run_id)
+        WHERE ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
+        ORDER BY {_LM_ORDER.format(p='p.')}, p.seed, p.run_id,
+                 list_position(['periodic', 'final'], t.evaluation) NULLS LAST, t.evaluation, t.step,
+                 list_position(['class', 'band'], t.partition) NULLS LAST, t.partition,
+                 list_position($classes::VARCHAR[], t.class) NULLS LAST, t.class"""
+    return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP, "evaluation": evaluation,
+                             "classes": [*CLASSES, *BANDS]}, home)
 
 
 def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:

@@ -13,12 +13,17 @@ from streamlit.testing.v1 import AppTest
 
 from apptest import ok, open_page
 
-from ema_core.content_findings import VERDICT_K, VERDICT_WORDS, ablation_verdict, lm_variant_label, verdict_number
+from ema_core.content_findings import (NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
+                                      lm_variant_label, verdict_number)
+from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
+from ema_core.verdicts import judge, spread
 from ema_core.experiments import build_config
 from ema_core.figures.content import smooth_ema
 from lm_fixture import make_lm_runs
 from ema_core.tables import column_decimals
-from store.content import lm_ablation, lm_curves, lm_eval, lm_final_losses, lm_runs
+from store.content import (lm_ablation, lm_curves, lm_eval, lm_final_losses, lm_runs, lm_token_class_pairs,
+                           lm_token_classes)
 from store.export import mean_std
 
 PAGE = "pages/content.py"
@@ -48,6 +53,18 @@ def _table(at: AppTest, column: str) -> pd.DataFrame:
     tables = [d.value for d in [*at.dataframe, *at.table] if column in d.value.columns]
     assert len(tables) == 1, [list(d.value.columns) for d in at.table]
     return tables[0].map(lambda v: v.replace("\u00a0", " ") if isinstance(v, str) else v)
+
+
+def _chart(at: AppTest, title: str) -> tuple[dict, list[pd.DataFrame]]:
+    """The one chart whose title starts with ``title``."""
+    def text(spec: dict) -> str:
+        t = spec.get("title", "")
+        t = t.get("text", "") if isinstance(t, dict) else t
+        return " ".join(t) if isinstance(t, list) else t
+
+    found = [(spec, data) for spec, data in _charts(at) if text(spec).startswith(title)]
+    assert len(found) == 1, [spec.get("title") for spec, _ in _charts(at)]
+    return found[0]
 
 
 def _scale_types(spec: dict, channel: str) -> set:
@@ -237,8 +254,7 @@ def test_the_paper_table_holds_260_and_33_beside_ours(runs):
 
 def test_the_ablation_chart_and_tables(runs):
     at = _page()
-    (_, _), (spec, datasets) = _charts(at)
-    assert "Predictor ablation" in json.dumps(spec["title"])
+    spec, datasets = _chart(at, "Predictor ablation")
     points = next(d for d in datasets if "predictor" in d.columns)
     assert set(zip(points["predictor"], points["attn_input"])) == {
         ("linear", "current trace state"), ("softmax attention", "current trace state"),
@@ -257,15 +273,15 @@ def test_the_ablation_chart_and_tables(runs):
                                                     column_decimals(lm_ablation(runs)["value_mean"]))
     at.toggle(key="content_gpt_line").set_value(False)
     ok(at.run())
-    assert len(_charts(at)[1][1]) == 1  # no GPT reference: the points' data only
+    assert len(_chart(at, "Predictor ablation")[1]) == 1  # no GPT reference: the points' data only
 
 
 def test_every_chart_and_table_has_its_downloads(runs):
     at = _page()
     labels = [b.label for b in at.get("download_button")]
-    assert labels.count("SVG") == labels.count("PNG") == 2  # curves, ablation
-    # final, paper, grid, spread, verdict
-    assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 5
+    assert labels.count("SVG") == labels.count("PNG") == 4  # curves, the gap, a class over training, ablation
+    # final, paper, the gap, the gap per predictor, its verdict, grid, spread, verdict
+    assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 8
 
 
 def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
@@ -304,6 +320,165 @@ def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
     # The sentence quotes the numbers of the table (the control's gain as a positive number of nats).
     quoted = verdict_number(d_claim if beyond_claim else -d_power if word == "reproduced" else d_power)
     assert quoted in sentence and verdict_number(t_claim if beyond_claim else t_power) in sentence
+
+
+# -- where the gap lives: token classes ----------------------------------------------------------------
+
+def _final_classes(runs: list[str], partition: str) -> dict[str, pd.DataFrame]:
+    """Each variant's final class rows from the store's own export query, indexed by (seed, class)."""
+    df = lm_token_classes(runs, "final")
+    df = df[df["partition"] == partition]
+    return {spec: df[df["run_id"].isin(runs[i * N:(i + 1) * N])].set_index(["seed", "class"])
+            for i, spec in enumerate(SPECS)}
+
+
+def _cell(values, digits: int) -> str:
+    v = pd.Series(values, dtype=float).dropna()
+    return mean_std(v.mean(), v.std(ddof=1), digits) if len(v) else ""
+
+
+@pytest.mark.parametrize("partition, names, label", [("class", CLASSES, "token class"),
+                                                     ("band", BANDS, "training-frequency band")])
+def test_the_gap_table_and_chart_hold_the_store_numbers_per_seed(runs, partition, names, label):
+    at = _page()
+    assert any(s.value == "Where the gap lives: token classes" for s in at.subheader)
+    at.radio(key="content_partition").set_value(partition)
+    ok(at.run())
+    table = _table(at, "share of the gap (%)").set_index(label)
+    assert list(table.index) == [class_label(n) for n in names] + ["all tokens"]
+    # Recomputed from lm_token_classes: SPEN linear against the GPT of the same seed, one seed at a time.
+    rows = _final_classes(runs, partition)
+    spen, gpt = rows["linear"], rows["gpt"]
+    gaps, shares = {n: [] for n in names}, {n: [] for n in names}
+    for seed in SEEDS:
+        weighted = {}
+        for n in names:
+            t = spen.loc[(seed, n), "tokens"]
+            assert t == gpt.loc[(seed, n), "tokens"]  # one held-out text
+            gap = spen.loc[(seed, n), "loss"] / t - gpt.loc[(seed, n), "loss"] / t if t else None
+            gaps[n].append(gap)
+            weighted[n] = t * gap if t else 0.0
+        for n in names:
+            shares[n].append(weighted[n] / sum(weighted.values()))
+        assert sum(shares[n][-1] for n in names) == pytest.approx(1.0)  # every seed's shares add up
+    for n in names:
+        row = table.loc[class_label(n)]
+        assert row["gap: SPEN − GPT (nats/token)"] == _cell(gaps[n], 3), n
+        assert row["share of the gap (%)"] == _cell([100 * x for x in shares[n]], 1), n
+        assert row["SPEN linear (nats/token)"] == _cell(spen.xs(n, level="class")["loss_per_token"], 3)
+        assert row["GPT (nats/token)"] == _cell(gpt.xs(n, level="class")["loss_per_token"], 3)
+        assert row["tokens"] == spen.loc[(0, n), "tokens"] and row["seeds"] == (N if spen.loc[(0, n), "tokens"] else 0)
+    whole = table.loc["all tokens"]
+    total = {s: spen.xs(s, level="seed")["loss"].sum() / spen.xs(s, level="seed")["tokens"].sum()
+             - gpt.xs(s, level="seed")["loss"].sum() / gpt.xs(s, level="seed")["tokens"].sum() for s in SEEDS}
+    assert whole["gap: SPEN − GPT (nats/token)"] == _cell(list(total.values()), 3)
+    assert whole["share of the gap (%)"] == "100.0"
+    # The whole gap is the final losses' difference (the classes add up to the loss).
+    ev = lm_eval(runs, split="val").set_index("run_id")["loss"]
+    assert list(total.values()) == pytest.approx([ev[runs[N + i]] - ev[runs[i]] for i in range(N)], abs=1e-6)
+    # The chart plots the same means, one point per class, and the pooled gap as its reference.
+    spec, datasets = _chart(at, "Where the gap lives")
+    points = next(d for d in datasets if "gap_mean" in d.columns and "class" in d.columns)
+    assert list(points["class"]) == [class_label(n) for n in names]
+    expected = [pd.Series(gaps[n], dtype=float).mean() for n in names]
+    assert points["gap_mean"].tolist() == pytest.approx(expected, nan_ok=True)
+    assert any("label" in d.columns and d["label"].iloc[0].startswith("all tokens") for d in datasets)
+    assert any("a negative gap means SPEN is better" in c.value for c in at.caption)
+
+
+def test_the_class_curves_are_the_periodic_losses_per_token(runs):
+    at = _page()
+    box = at.selectbox(key="content_class_class")
+    assert box.options == [class_label(n) for n in CLASSES] and box.value == "recall_1_16"
+    box.set_value("other")
+    ok(at.run())
+    spec, (data,) = _chart(at, "Over training: other tokens")
+    means = data[data["line"] == "mean"]
+    assert list(dict.fromkeys(means["variant"])) == VARIANTS and (means["n"] == N).all()
+    periodic = lm_token_classes(runs, "periodic")
+    for i, variant in enumerate(VARIANTS):
+        mine = periodic[periodic["run_id"].isin(runs[i * N:(i + 1) * N]) & (periodic["class"] == "other")]
+        expected = mine.groupby("step")["loss_per_token"].mean()
+        got = means[means["variant"] == variant].set_index("step")["value"]
+        assert got.to_dict() == pytest.approx(expected.to_dict()) and list(expected.index) == [2, 4, 6]
+    # The validation curves' x axis: training tokens, as lm_curves counts them.
+    at.radio(key="content_x").set_value("tokens")
+    ok(at.run())
+    spec, (data,) = _chart(at, "Over training: other tokens")
+    assert {layer["encoding"]["x"]["field"] for layer in spec["layer"]} == {"tokens"}
+    assert (data["tokens"] == data["step"] * 2 * 32).all()
+    # A class with no tokens at any validation step (32-token windows hold no recall 65 back): said, not drawn.
+    at.selectbox(key="content_class_class").set_value("recall_65_256")
+    ok(at.run())
+    assert any("No recall 65–256 tokens" in i.value for i in at.info)
+    assert not [s for s, _ in _charts(at) if "Over training" in json.dumps(s.get("title", ""))]
+
+
+def test_every_predictor_against_spen_linear_per_class(runs):
+    at = _page()
+    grid = _table(at, "all tokens").set_index("variant")
+    assert list(grid.index) == VARIANTS[2:] and (grid["seeds"] == N).all()
+    rows = _final_classes(runs, "class")
+    lin, tok = rows["linear"], rows["softmax_tokens"]
+    for n in CLASSES:
+        d = [tok.loc[(s, n), "loss_per_token"] - lin.loc[(s, n), "loss_per_token"] for s in SEEDS]
+        assert grid.loc["SPEN softmax attention (tokens)", class_label(n)] == _cell(d, 4), n
+    overall = [tok.xs(s, level="seed")["loss"].sum() / tok.xs(s, level="seed")["tokens"].sum()
+               - lin.xs(s, level="seed")["loss"].sum() / lin.xs(s, level="seed")["tokens"].sum() for s in SEEDS]
+    assert grid.loc["SPEN softmax attention (tokens)", "all tokens"] == _cell(overall, 4)
+
+
+def test_the_gap_verdict_is_the_shared_rule_on_the_pre_registered_pools(runs):
+    at = _page()
+    shown = _table(at, "the paper predicts")
+    assert list(shown["the paper predicts"]) == ["the gap concentrates on recall tokens",
+                                                 "and grows with their distance"]
+    rows = _final_classes(runs, "class")
+    spen, gpt = rows["linear"], rows["gpt"]
+
+    def pooled(frame, seed, names):
+        part = frame.xs(seed, level="seed").loc[list(names)]
+        return part["loss"].sum() / part["tokens"].sum()
+
+    deltas = [(pooled(spen, s, RECALL) - pooled(gpt, s, RECALL))
+              - (pooled(spen, s, NOT_RECALL) - pooled(gpt, s, NOT_RECALL)) for s in SEEDS]
+    d = spread(deltas)
+    concentrates, grows = shown.iloc[0], shown.iloc[1]
+    assert concentrates["Δ (nats/token)"] == verdict_number(d.mean)
+    assert concentrates["std of Δ"] == verdict_number(d.std)
+    assert concentrates["threshold"] == verdict_number(VERDICT_K * d.std) and concentrates["seeds"] == N
+    assert concentrates["verdict"] == SHARED_WORDS[judge(d)]  # the shared rule's own words
+    # 32-token windows: no recall token more than 64 back, so the second claim cannot be formed.
+    assert spen.xs("recall_65_256", level="class")["tokens"].sum() == 0
+    assert grows["verdict"] == "not measured" and grows["seeds"] == 0 and grows["Δ (nats/token)"] == ""
+    boxes = [b.value for b in [*at.success, *at.error, *at.warning, *at.info]]
+    assert any(b.startswith("The gap concentrates on recall tokens") and verdict_number(d.mean) in b
+               and b.endswith(f"— {concentrates['verdict']}.") for b in boxes)
+    assert any(b.startswith("The gap grows with the recall distance") and "not measured" in b for b in boxes)
+    assert any(m.value.startswith("**The rule.** The gap of a class") for m in at.markdown)
+
+
+def test_the_token_class_pairs_name_each_spens_gpt(runs):
+    pairs = lm_token_class_pairs(runs, "final")
+    by_run = pairs.drop_duplicates("run_id").set_index("run_id")
+    for i in range(N):
+        assert pd.isna(by_run.loc[runs[i], "gpt_run_id"])  # a GPT has none
+        for spec in range(1, len(SPECS)):
+            assert by_run.loc[runs[spec * N + i], "gpt_run_id"] == runs[i]  # the GPT of the same seed
+    own = lm_token_classes(runs, "final").set_index(["run_id", "partition", "class"])
+    got = pairs.set_index(["run_id", "partition", "class"])
+    assert got["loss"].to_dict() == own.loc[got.index, "loss"].to_dict()
+    assert (got["tokens_seen"] == got["step"] * 2 * 32).all()
+
+
+def test_runs_stored_before_the_split_say_so(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    make_lm_runs(home, ("gpt", "linear"), (0,), real=False)  # synthetic rows: no lm_token_classes
+    at = _page()
+    assert any(s.value == "Where the gap lives: token classes" for s in at.subheader)
+    assert any("hold no token classes" in i.value for i in at.info)
+    assert not [s for s, _ in _charts(at) if "gap" in json.dumps(s.get("title", ""))]
 
 
 def _runs(variants, group="g") -> list[dict]:
@@ -395,6 +570,10 @@ def test_one_seed_and_no_pick(runs):
     ok(at.run())
     table = _table(at, "perplexity ÷ GPT")
     assert (table["seeds"] == 1).all() and not table["perplexity"].str.contains("±").any()
+    gap = _table(at, "the paper predicts")
+    assert gap["verdict"].tolist() == ["not judged: 1 seed", "not measured"]
+    assert any(i.value.startswith("The gap concentrates") and i.value.endswith("— not judged: 1 seed.")
+               for i in at.info)
     at.multiselect(key="content_runs").set_value([])
     ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)
@@ -436,6 +615,11 @@ def test_the_charts_export_as_svg_and_png(runs):
         assert svg.lstrip().startswith("<svg") and text in svg
         assert chart_to_png(chart, scale=1).startswith(b"\x89PNG")
     assert "SPEN softmax attention (tokens)" in chart_to_svg(curves)
+    from ema_core.content_findings import class_gaps
+    from ema_core.figures.content import class_gap_chart, class_gap_frame
+    split = class_gaps(lm_token_class_pairs(runs).to_dict("records"))
+    svg = chart_to_svg(class_gap_chart(class_gap_frame(split), split.variant))
+    assert "Where the gap lives" in svg and "recall 1–16" in svg and "SPEN linear − GPT" in svg
 
 
 def test_a_run_with_an_unexpected_config_does_not_break_the_page(tmp_path, monkeypatch):

@@ -618,11 +618,21 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
 
         page.goto(app_url + "/content")
         page.get_by_role("heading", name="Content", exact=True).wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 2)  # curves, ablation
+        _wait_for_charts(page, 4)  # curves, the gap by token class, one class over training, ablation
         curves = page.locator(CHARTS).first
         expect(curves).to_contain_text("Validation curves", timeout=WAIT_MS)
         expect(curves).to_contain_text("SPEN linear")
-        expect(page.locator(CHARTS).nth(1)).to_contain_text("Predictor ablation")
+        expect(page.locator(CHARTS).filter(has_text="Predictor ablation")).to_have_count(1)
+        # Where the gap lives (issue 20): the gap per token class and one class's curves over training.
+        gap = page.locator(CHARTS).filter(has_text="Where the gap lives")
+        expect(gap).to_have_count(1)
+        expect(gap).to_contain_text("recall 1–16")
+        expect(gap).to_contain_text("SPEN linear − GPT (nats/token)")
+        class_curves = page.locator(CHARTS).filter(has_text="Over training: recall 1–16 tokens")
+        expect(class_curves).to_have_count(1)
+        expect(class_curves).to_contain_text("GPT")
+        page.locator(".st-key-content_gap_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
+        expect(page.get_by_role("table").filter(has_text="share of the gap (%)")).to_contain_text("all tokens")
         page.get_by_text("The paper's numbers beside ours", exact=False).first.wait_for(timeout=WAIT_MS)
         page.locator(".st-key-content_spread_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
@@ -634,7 +644,7 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         expect(curves).to_contain_text("smoothed: EMA 0.9", timeout=WAIT_MS)
         page.locator(".st-key-content_log_y").get_by_text("log y", exact=True).click()
         expect(curves).to_contain_text("smoothed: EMA 0.9; log y", timeout=WAIT_MS)
-        _wait_for_charts(page, 2)
+        _wait_for_charts(page, 4)
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
         page.wait_for_timeout(1500)  # vega draws the title after the marks: let the redraw finish
         page.screenshot(path=str(SHOTS / "content_smoothed_log.png"))
@@ -658,6 +668,16 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         expect(said).to_be_in_viewport()
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "content_verdict.png"))
+        _no_exception(page)
+
+        # The gap split by training-frequency band instead: the table, the chart and the curves follow.
+        page.locator(".st-key-content_partition").get_by_text("training-frequency band", exact=True).click()
+        expect(gap).to_contain_text("frequent", timeout=WAIT_MS)
+        expect(page.locator(CHARTS).filter(has_text="Over training: frequent tokens")).to_have_count(1)
+        expect(page.get_by_role("table").filter(has_text="share of the gap (%)")).to_contain_text("rare")
+        _scroll_to_top(page.get_by_role("heading", name="Where the gap lives: token classes"))
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "content_gap.png"))
         _no_exception(page)
     finally:
         page.close()

@@ -18,7 +18,7 @@ from ema_core.rundir import RunDir, run_id_for
 from jobs import cli
 from lm_fixture import SPECS, TINY, make_lm_runs
 from store import schema
-from store.content import LM_LABELS, lm_eval, lm_token_classes
+from store.content import LM_LABELS, lm_eval, lm_runs, lm_token_class_pairs, lm_token_classes
 from store.db import check, open_store, store_path
 from store.export import exports_dir, render_table
 from store.ingest import ingest
@@ -108,6 +108,22 @@ def test_ingested_into_a_duckdb_file_the_rows_come_back_labelled(runs):
         assert [None if math.isnan(v) else v for v in mine["loss_per_token"]] == pytest.approx(per_token)
     final = lm_token_classes(runs, evaluation="final")
     assert len(final) == len(runs) * (len(CLASSES) + len(BANDS)) and set(final["step"]) == {TINY["steps"]}
+
+
+def test_the_pairs_query_holds_the_same_rows_with_settings_and_training_tokens(runs):
+    """lm_token_class_pairs (the Content page's token-class section reads it): the rows of lm_token_classes,
+    in their order, with the run's group, training tokens by each step, and no GPT among SPEN-only runs."""
+    pairs = lm_token_class_pairs(runs)
+    own = lm_token_classes(runs)
+    cols = ["run_id", "seed", "evaluation", "step", "partition", "class", "tokens", "loss"]
+    assert pairs[cols].to_dict("records") == own[cols].to_dict("records")
+    assert pairs["gpt_run_id"].isna().all()
+    info = lm_runs(runs).set_index("run_id")
+    assert (pairs["group_id"] == info.loc[pairs["run_id"], "group_id"].to_numpy()).all()
+    per_step = info.loc[pairs["run_id"], "tokens_per_step"].to_numpy()
+    assert (pairs["tokens_seen"] == pairs["step"] * per_step).all() and per_step[0] == TINY["batch"] * TINY["seq_len"]
+    final = lm_token_class_pairs(runs, "final")
+    assert set(final["evaluation"]) == {"final"} and len(final) == len(runs) * (len(CLASSES) + len(BANDS))
 
 
 def test_the_export_names_the_classes_in_every_format_and_groups_over_seeds(runs):

@@ -1,16 +1,19 @@
-"""The content study's charts (PAPER.md §3): validation curves and the predictor ablation of the
-language models, from the frames of the store's language-model queries.  Each variant (model,
-predictor, attention input) has the label and colour :data:`ema_core.palette.LM_VARIANTS` gives it."""
+"""The content study's charts (PAPER.md §3): validation curves, where SPEN's gap to the GPT lives among
+the token classes, and the predictor ablation of the language models, from the frames of the store's
+language-model queries.  Each variant (model, predictor, attention input) has the label and colour
+:data:`ema_core.palette.LM_VARIANTS` gives it."""
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
 from ema_core import palette
-from ema_core.content_findings import ATTN_INPUT_LABELS, PREDICTOR_LABELS, lm_variant_label
+from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, PREDICTOR_LABELS, GapSplit, VariantClassDelta,
+                                      class_label, lm_variant_label)
 from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, reference_rule,
                               value_format)
 
@@ -76,7 +79,7 @@ def lm_curve_frame(curves: pd.DataFrame, weight: float = 0.0) -> pd.DataFrame:
 
 def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False, log_y: bool = False,
                    seeds: bool = True, y_title: str = "validation loss (nats/token)",
-                   subtitle: str = "") -> alt.LayerChart:
+                   subtitle: str = "", title: str = "Validation curves") -> alt.LayerChart:
     """One line per variant (the mean across seeds), each seed's own line faint behind it."""
     if x not in ("step", "tokens"):
         raise ValueError(f"x must be 'step' or 'tokens', got {x!r}")
@@ -110,7 +113,90 @@ def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False,
     logs = [axis for axis, on in (("x", log_x), ("y", log_y)) if on]
     sub += f"; log {' and '.join(logs)}" if logs else ""
     return alt.layer(*layers, data=frame).properties(
-        width=CURVE_WIDTH, height=HEIGHT, title=chart_title("Validation curves", sub, CURVE_WIDTH))
+        width=CURVE_WIDTH, height=HEIGHT, title=chart_title(title, sub, CURVE_WIDTH))
+
+
+def token_class_curves(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+    """One class's loss per token over training, from the store's ``lm_token_class_pairs``, in the shape of
+    its ``lm_curves`` (run_id, seed, model, predictor, attn_input, step, tokens, value), so that
+    :func:`lm_curve_frame` and :func:`lm_curve_chart` draw it as they draw the validation curves.  A step
+    at which the class had no tokens has no value (NaN), not 0/0."""
+    cols = ["run_id", "seed", "model", "predictor", "attn_input", "step", "tokens", "value"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    part = rows[(rows["evaluation"] == "periodic") & (rows["class"] == name)]
+    return part.assign(tokens=part["tokens_seen"], value=part["loss_per_token"].astype(float))[cols].reset_index(
+        drop=True)
+
+
+def class_gap_frame(split: GapSplit) -> pd.DataFrame:
+    """The rows of :func:`class_gap_chart` and the page's table from :func:`ema_core.content_findings.class_gaps`:
+    one per class of the partition, then ALL_TOKENS (every class pooled).
+
+    Columns: class (its label), name (the store's), tokens, token_share (of the partition's tokens), spen,
+    gpt, gap (nats/token) and share (of the whole gap, a fraction) each as ``<v>_mean`` and ``<v>_std``
+    across seeds, n (seeds with a gap there).
+    """
+    rows = []
+    for c in (*split.classes, split.overall):
+        row = {"class": c.label, "name": c.name, "tokens": c.tokens, "token_share": c.token_share}
+        for what in ("spen", "gpt", "gap", "share"):
+            sp = getattr(c, what)
+            row[f"{what}_mean"], row[f"{what}_std"] = sp.mean, sp.std
+        row["n"] = c.gap.n
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def class_gap_chart(frame: pd.DataFrame, variant: str, partition_label: str = "token class") -> alt.LayerChart:
+    """SPEN's loss per token minus the GPT's per class, mean ± std across seeds, in the SPEN variant's colour,
+    with the gap over every token pooled as a dashed reference.  Below 0: SPEN is the better one there."""
+    known = {label: color for label, color in palette.LM_VARIANTS.values()}
+    color = known.get(variant, palette.OTHER_COLOR)
+    classes = frame[frame["name"] != ALL_TOKENS]
+    data = classes.assign(lo=classes["gap_mean"] - classes["gap_std"], hi=classes["gap_mean"] + classes["gap_std"],
+                          share_pct=100 * classes["share_mean"], share_pct_std=100 * classes["share_std"])
+    overall = frame.loc[frame["name"] == ALL_TOKENS, "gap_mean"]
+    whole = float(overall.iloc[0]) if len(overall) and math.isfinite(float(overall.iloc[0])) else None
+    shown = [0.0, *data["gap_mean"], *data["lo"], *data["hi"]] + ([whole] if whole is not None else [])
+    base = alt.Chart().encode(x=alt.X("class:N", sort=list(classes["class"]), title=partition_label,
+                                      axis=alt.Axis(labelAngle=0, labelLimit=0)))
+    points = base.mark_point(filled=True, size=90, opacity=1, color=color).encode(
+        y=alt.Y("gap_mean:Q", title=f"{variant} − GPT (nats/token)", scale=alt.Scale(zero=True),
+                axis=alt.Axis(format=value_format(shown), titleLimit=HEIGHT)),
+        tooltip=[alt.Tooltip("class:N"), alt.Tooltip("tokens:Q", format=",.0f"),
+                 alt.Tooltip("gap_mean:Q", format=".4f", title="gap (mean)"),
+                 alt.Tooltip("gap_std:Q", format=".4f", title="gap std (seeds)"),
+                 alt.Tooltip("share_pct:Q", format=".1f", title="share of the gap (%)"),
+                 alt.Tooltip("share_pct_std:Q", format=".1f", title="share std (%)"),
+                 alt.Tooltip("spen_mean:Q", format=".4f", title="SPEN (nats/token)"),
+                 alt.Tooltip("gpt_mean:Q", format=".4f", title="GPT (nats/token)"),
+                 alt.Tooltip("n:Q", title="seeds")],
+    )
+    # A std needs two seeds, and an empty class has no gap at all: neither draws a bar.
+    errors = base.transform_filter("isValid(datum.gap_std) && isFinite(datum.gap_std)").mark_rule(
+        strokeWidth=2, color=color).encode(y="lo:Q", y2="hi:Q")
+    layers = [alt.layer(errors, points, data=data)]
+    if whole is not None:
+        layers.append(reference_rule("gap_mean", whole, f"{ALL_TOKENS} {whole:+.3f}", palette.REFERENCE_COLOR))
+    return alt.layer(*layers).properties(
+        width=WIDTH, height=HEIGHT,
+        title=chart_title("Where the gap lives", f"per {partition_label}, final evaluation, mean ± std across seeds; "
+                                                 "below 0: SPEN better there; dashed: every token pooled"))
+
+
+def variant_delta_frame(deltas: Iterable[VariantClassDelta]) -> pd.DataFrame:
+    """The rows of the page's per-variant table from :func:`ema_core.content_findings.variant_class_deltas`:
+    variant, one ``<class label>_mean``/``_std`` pair per class then ALL_TOKENS (Δ against SPEN linear,
+    nats/token), seeds (paired on every token)."""
+    rows = []
+    for d in deltas:
+        row: dict = {"variant": d.variant}
+        for name, sp in (*d.by_class, (ALL_TOKENS, d.overall)):
+            row[f"{class_label(name)}_mean"], row[f"{class_label(name)}_std"] = sp.mean, sp.std
+        row["seeds"] = d.seeds
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def lm_ablation_frame(stats: pd.DataFrame) -> pd.DataFrame:
