@@ -25,7 +25,7 @@ ensure_router()  # before anything is drawn: see pages/_router.py
 KIND = "boundary"
 VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
                "not_judged": st.info}
-PRESET_NOTES = {"quick": "every mixer and task, about 35 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
+PRESET_NOTES = {"quick": "every mixer and task, about 27 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
 CHANCE_TEXT = f"""
 **Chance** is what a model that ignores its input scores on a cell: the better of a uniform guess and
 always naming the training split's most frequent label, measured on the cell's own test data. It is

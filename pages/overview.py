@@ -64,7 +64,7 @@ def quick_jobs() -> list[tuple[str, object]]:
 st.subheader("Quick reproduction")
 st.markdown("Starts the `quick` preset of the paper's three studies as background jobs — for the language "
             "model, SPEN and the same-size GPT, each at its learning rate chosen on dev, so the content claim "
-            "can be checked from this one click; follow them on the Jobs page. The boundary map (about 35 minutes "
+            "can be checked from this one click; follow them on the Jobs page. The boundary map (about 27 minutes "
             "on two cores) is launched from its own page.")
 if st.button("Run the quick reproduction", type="primary", icon=":material/play_arrow:", key="quick_repro"):
     launch(quick_jobs, preset="quick")

@@ -647,7 +647,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
-    one_click=False,  # about 35 minutes on 2 cores: launched from its page, not with the paper's quick reproduction
+    one_click=False,  # about 27 minutes on 2 cores: launched from its page, not with the paper's quick reproduction
     # Runs made before these settings ran without a conv, on the sentence templates, without recall
     # against state size (their MQAR vocabulary: BoundaryConfig._older_mqar_keys), and with four
     # softmax heads.
