@@ -1,11 +1,16 @@
-"""The one learning-rate schedule of EMA Lab's trainers: a linear warm-up, then a cosine decay to a floor.
+"""The learning-rate schedules of EMA Lab's trainers: a linear warm-up, then a decay to a floor.
 
     >>> [round(warmup_cosine(s, steps=10, warmup=2, floor=0.1), 3) for s in (0, 1, 2, 6, 9)]
     [0.5, 1.0, 1.0, 0.55, 0.134]
+    >>> [round(warmup_stable_decay(s, steps=10, warmup=2, decay=4, floor=0.1), 3) for s in (0, 1, 5, 6, 8, 10)]
+    [0.5, 1.0, 1.0, 1.0, 0.364, 0.1]
 
-A pure function of the step, returning the fraction of the peak rate: a trainer multiplies its own
+Pure functions of the step, returning the fraction of the peak rate: a trainer multiplies its own
 rate by it (the language models of :mod:`ema_core.lm.train`, the boundary map's cells in
-:mod:`ema_core.boundary`).
+:mod:`ema_core.boundary`).  ``warmup_cosine`` is every trainer's default; ``warmup_stable_decay``
+holds the peak rate until a short final decay, so that an evaluation made during the plateau is one
+of a model still training at its rate, comparable from one step to the next (a cosine's
+intermediate points are each at a different rate) — what a curve over training tokens needs.
 """
 from __future__ import annotations
 
@@ -24,3 +29,24 @@ def warmup_cosine(step: int, steps: int, warmup: int, floor: float) -> float:
     # π·(step − warmup)/span, in this order: the boundary map's cells were trained (and their figures
     # recorded) with it, and it is bit for bit what they saw.
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(step - warmup, span) / span))
+
+
+# The registry of schedules a trainer's config names (``TrainConfig.schedule``).
+SCHEDULES = ("cosine", "wsd")
+
+
+def warmup_stable_decay(step: int, steps: int, warmup: int, decay: int, floor: float) -> float:
+    """The fraction of the peak rate at step ``step`` (0-based) of ``steps``: warm-up, plateau, then decay.
+
+    ``(step + 1) / warmup`` during the ``warmup`` steps, 1 until the last ``decay`` steps, then
+    ``floor + (1 - floor)·(1 - sqrt(p))`` with p the fraction of the decay done, reaching ``floor`` at
+    step ``steps`` (and there after it).  The 1 − sqrt shape is the cool-down Hägele et al. (2024) found
+    to match a cosine's final loss with a decay of a fifth of the run or less.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    start = max(warmup, steps - decay)
+    if step < start:
+        return 1.0
+    p = min(step - start, steps - start) / max(1, steps - start)
+    return floor + (1 - floor) * (1 - math.sqrt(p))

@@ -268,3 +268,13 @@ def test_lr_sweep_scores_every_setting_on_the_dev_slice_and_picks_the_lowest():
     again = sweep(models=("gpt",), lrs=(1e-2,), warmups=(2,), seeds=(0,), dev_tokens=1024, steps=3,
                   overrides=small, threads=1)
     assert again["rows"][0]["dev_loss"] == r["rows"][3]["dev_loss"]
+
+
+def test_the_long_preset_trains_ten_million_tokens_at_tiny_on_a_plateau_then_a_decay():
+    cfg = build_config("lm", preset="long")
+    assert cfg.size == "tiny" and cfg.train.schedule == "wsd"
+    assert cfg.train.steps * cfg.train.batch * cfg.train.seq_len >= 10_000_000
+    assert cfg.train.steps // cfg.train.eval_every >= 10  # a curve with points to fit
+    assert cfg.train.checkpoint_every <= cfg.train.eval_every  # resumable, losing at most one interval
+    assert (cfg.lr, build_config("lm", preset="long", overrides={"model": "gpt"}).lr) == \
+        (AUTO_LR["tiny"]["spen"], AUTO_LR["tiny"]["gpt"])

@@ -55,3 +55,28 @@ def test_the_language_models_rates_are_the_ones_they_had(steps, warmup, lr, frac
     for s in range(steps + 1):
         assert lr * warmup_cosine(s, steps, warmup, frac) == pytest.approx(lm_before(s, steps, warmup, lr, frac),
                                                                           rel=1e-14, abs=1e-18)
+
+
+def test_warmup_stable_decay_holds_the_peak_then_decays_to_its_floor():
+    from ema_core.schedule import warmup_stable_decay
+    f = [warmup_stable_decay(s, steps=100, warmup=10, decay=20, floor=0.1) for s in range(101)]
+    assert f[0] == pytest.approx(0.1) and f[9] == 1.0                  # the warm-up, as the cosine's
+    assert all(v == 1.0 for v in f[10:81])                             # the plateau, through the decay's first step
+    assert all(a > b for a, b in zip(f[80:], f[81:]))                  # then strictly down
+    assert f[90] == pytest.approx(0.1 + 0.9 * (1 - math.sqrt(0.5)))    # 1 - sqrt at half the decay
+    assert f[100] == pytest.approx(0.1) and warmup_stable_decay(500, 100, 10, 20, 0.1) == pytest.approx(0.1)
+    # a decay longer than the run after its warm-up starts where the warm-up ends; no decay: a plateau
+    assert warmup_stable_decay(10, steps=20, warmup=10, decay=50, floor=0.0) == 1.0
+    assert warmup_stable_decay(15, steps=20, warmup=10, decay=50, floor=0.0) == pytest.approx(1 - math.sqrt(0.5))
+    assert [warmup_stable_decay(s, 20, 0, 0, 0.1) for s in (0, 19)] == [1.0, 1.0]
+
+
+def test_the_language_models_read_their_schedule_from_the_config():
+    from ema_core.lm.train import TrainConfig, lr_at
+    cosine = TrainConfig(steps=100, warmup=10, lr=1e-2)
+    wsd = TrainConfig(steps=100, warmup=10, lr=1e-2, schedule="wsd", decay_frac=0.2)
+    assert cosine.schedule == "cosine"  # the default: every run stored before the setting trained on it
+    assert lr_at(50, cosine) == pytest.approx(1e-2 * warmup_cosine(50, 100, 10, 0.1))
+    assert lr_at(50, wsd) == 1e-2 and lr_at(80, wsd) == 1e-2 and lr_at(99, wsd) < lr_at(90, wsd) < 1e-2
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="linear")

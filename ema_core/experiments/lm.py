@@ -88,6 +88,15 @@ PRESETS: dict[str, dict] = {
     # Two CPU cores, about ten minutes, to a validation loss that has stopped moving.
     "tiny": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 1200,
              "train.warmup": 100, "train.lr": 3e-3, "train.eval_every": 100, "train.eval_tokens": 16_384},
+    # How the gap grows: 5,000 steps of 8 × 256 = 10.2M training tokens (about 12 passes over the five
+    # novels), about an hour a model on one core of two.  The rate stays at its peak until the last fifth
+    # (wsd), so each of the 20 evaluations on the way is one of a model still training at its rate,
+    # and the curves over tokens can be compared and fitted (docs/decisions.md, How the gap grows).
+    # The next size up: --set size=small (a GPU's budget).
+    "long": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 5000,
+             "train.warmup": 200, "train.lr": AUTO, "train.schedule": "wsd", "train.decay_frac": 0.2,
+             "train.eval_every": 250, "train.eval_tokens": 32_768, "train.final_eval_tokens": 65_536,
+             "train.checkpoint_every": 250},
     # One GPU (or a patient CPU).
     "small": {"size": "small", "data.vocab_size": 8192, "train.seq_len": 512, "train.batch": 32, "train.steps": 5000,
               "train.warmup": 250, "train.lr": 1.5e-3, "train.eval_every": 250, "train.eval_tokens": 131_072},

@@ -1,6 +1,8 @@
 """Training and evaluation of the language models (SPEN, GPT): one loop for both, CPU or GPU, one or many processes.
 
-* AdamW (weight decay on matrices only), linear warm-up then cosine decay to ``min_lr_frac``·lr,
+* AdamW (weight decay on matrices only), linear warm-up then cosine decay to ``min_lr_frac``·lr
+  (``schedule`` "cosine"), or held at lr until a final 1 − sqrt decay over ``decay_frac`` of the steps
+  ("wsd": the long runs, whose intermediate evaluations are then at one rate),
   gradient clipping by global norm, bf16 autocast on CUDA (weights and optimiser stay float32).
 * Batches are a pure function of (seed, rank, step): each step draws ``batch`` windows of
   ``seq_len + 1`` tokens from the training stream with a generator seeded from those three numbers.
@@ -25,7 +27,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Literal
 
 import numpy as np
 import torch
@@ -35,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ema_core.lm.rates import Auto
 from ema_core.lm.token_classes import BANDS, class_sums, classify, frequency_bands
 from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
-from ema_core.schedule import warmup_cosine
+from ema_core.schedule import SCHEDULES, warmup_cosine, warmup_stable_decay
 
 CHECKPOINT_FORMAT = 1
 # The loss splits every evaluation of a run reports (:func:`evaluate`'s ``token_classes``): a curve
@@ -54,7 +56,11 @@ class TrainConfig(BaseModel):
     lr: Annotated[float, Field(gt=0.0, le=10.0)] | Auto = Field(
         3e-3, description="peak learning rate, or auto: the rate chosen for the model and size (ema_core.lm.rates), "
                           "resolved by the run, which records the number it used")
-    min_lr_frac: float = Field(0.1, ge=0.0, le=1.0, description="the cosine ends at this fraction of lr")
+    min_lr_frac: float = Field(0.1, ge=0.0, le=1.0, description="the schedule ends at this fraction of lr")
+    schedule: Literal[SCHEDULES] = Field(
+        "cosine", description="cosine: warm-up then cosine decay; wsd: warm-up, constant, then a 1 - sqrt decay "
+                              "over the last decay_frac of the steps")
+    decay_frac: float = Field(0.2, ge=0.0, le=1.0, description="wsd: the fraction of the steps that decays")
     warmup: int = Field(100, ge=0, le=10_000_000, description="steps of linear warm-up")
     weight_decay: float = Field(0.1, ge=0.0, le=10.0, description="AdamW decay on weight matrices")
     beta2: float = Field(0.95, gt=0.0, lt=1.0, description="AdamW β2 (β1 = 0.9)")
@@ -90,7 +96,11 @@ class Streams:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate for optimiser step ``step`` (0-based): linear warm-up, then cosine to min_lr_frac·lr."""
+    """Learning rate for optimiser step ``step`` (0-based): linear warm-up, then ``cfg.schedule``'s decay to
+    min_lr_frac·lr."""
+    if cfg.schedule == "wsd":
+        decay = round(cfg.decay_frac * cfg.steps)
+        return cfg.lr * warmup_stable_decay(step, cfg.steps, cfg.warmup, decay, cfg.min_lr_frac)
     return cfg.lr * warmup_cosine(step, cfg.steps, cfg.warmup, cfg.min_lr_frac)
 
 
