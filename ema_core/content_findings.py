@@ -13,18 +13,22 @@ seeds; its spread is the sample std of Δ across them (:func:`ema_core.verdicts.
 The token classes (:mod:`ema_core.lm.token_classes`) are read from the store's class sums (tokens and
 summed nats per run and class): :func:`class_gaps` (SPEN − its GPT per class, and the share of the
 whole gap each class carries), :func:`gap_verdicts` (the pre-registered claims ``GAP_CLAIMS``) and
-:func:`variant_class_deltas` (each SPEN variant against SPEN linear per class).
+:func:`variant_class_deltas` (each SPEN variant against SPEN linear per class).  :func:`gap_growth` reads
+the periodic evaluations of the same rows: SPEN ÷ GPT against training tokens, fitted on the learning
+rate's plateau and extrapolated to the paper's budget, an extrapolation that no rule judges.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Mapping
 
 from ema_core import palette
+from ema_core.lm.ngram import BASELINES
 from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.schedule import peak_steps
 from ema_core.tables import number_text
-from ema_core.verdicts import (VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, paired, spread,
+from ema_core.verdicts import (VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, one_sided_p, paired, spread,
                                t_threshold)
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 
@@ -298,14 +302,29 @@ Key = tuple[Hashable, int]                 # (group_id, seed): the runs one seed
 @dataclass(frozen=True)
 class _Final:
     run: dict[str, dict]   # run id -> its labels (model, predictor, attn_input, group_id, seed, gpt_run_id)
-    sums: dict[str, Sums]  # run id -> its final class sums
+    sums: dict[str, Sums]  # run id -> its final class sums (or, for one step of the periodic ones, that step's)
 
 
-def _finals(rows: Iterable[Mapping]) -> _Final:
+@dataclass(frozen=True)
+class _Evaluations:
+    run: dict[str, dict]                # run id -> its labels, and its schedule's peak steps ("peak")
+    sums: dict[str, dict[int, Sums]]    # run id -> step -> class sums
+    seen: dict[str, dict[int, float]]   # run id -> step -> training tokens seen by then (None: not known)
+
+    def at(self, step: int) -> _Final:
+        """The runs evaluated at ``step``, with that evaluation's sums: what the final readers pair."""
+        held = {r: by[step] for r, by in self.sums.items() if step in by}
+        return _Final({r: m for r, m in self.run.items() if r in held}, held)
+
+
+def _evaluations(rows: Iterable[Mapping], evaluation: str) -> _Evaluations:
+    """The rows of one kind of evaluation ("final" or "periodic"), summed per run, step and class: the one
+    parser every reader of the class rows goes through."""
     run: dict[str, dict] = {}
-    sums: dict[str, Sums] = {}
+    sums: dict[str, dict[int, Sums]] = {}
+    seen: dict[str, dict[int, float]] = {}
     for r in rows:
-        if r.get("evaluation") != "final" or _number(r.get("seed")) is None:
+        if r.get("evaluation") != evaluation or _number(r.get("seed")) is None:
             continue
         tokens, loss = _number(r.get("tokens")), _number(r.get("loss"))
         if tokens is None or (loss is None and tokens > 0):
@@ -313,11 +332,39 @@ def _finals(rows: Iterable[Mapping]) -> _Final:
         gpt = r.get("gpt_run_id")
         run.setdefault(r["run_id"], {"model": r.get("model"), "predictor": r.get("predictor"),
                                      "attn_input": r.get("attn_input"), "group_id": r.get("group_id"),
-                                     "seed": int(r["seed"]), "gpt_run_id": gpt if isinstance(gpt, str) else None})
-        s = sums.setdefault(r["run_id"], {}).setdefault((r.get("partition"), r.get("class")), [0.0, 0.0])
+                                     "seed": int(r["seed"]), "gpt_run_id": gpt if isinstance(gpt, str) else None,
+                                     "peak": _peak(r)})
+        step = _number(r.get("step"))
+        step = int(step) if step is not None else -1
+        s = sums.setdefault(r["run_id"], {}).setdefault(step, {}).setdefault(
+            (r.get("partition"), r.get("class")), [0.0, 0.0])
         s[0] += tokens
         s[1] += loss or 0.0
-    return _Final(run, sums)
+        seen.setdefault(r["run_id"], {})[step] = _number(r.get("tokens_seen"))
+    return _Evaluations(run, sums, seen)
+
+
+def _peak(r: Mapping) -> range | None:
+    """The optimiser steps the run trained at its peak rate, from its ``train`` settings; None when the row
+    does not hold them."""
+    steps, warmup, frac = _number(r.get("steps")), _number(r.get("warmup")), _number(r.get("decay_frac"))
+    if steps is None or warmup is None:
+        return None
+    schedule = r.get("schedule")
+    # A run stored before the schedule was a setting trained on the one schedule there was, a cosine.
+    schedule = schedule if isinstance(schedule, str) else "cosine"
+    return peak_steps(schedule, int(steps), int(warmup), frac if frac is not None else 0.0)
+
+
+def _finals(rows: Iterable[Mapping], evaluation: str = "final") -> _Final:
+    """Each run's one evaluation of the kind ``evaluation``: its final, or an n-gram baseline's on the final
+    evaluation's windows ("bigram", "cache")."""
+    ev = _evaluations(rows, evaluation)
+    sums: dict[str, Sums] = {}
+    for run_id, by_step in ev.sums.items():
+        for step_sums in by_step.values():  # one final evaluation a run (at its last step)
+            _add(sums.setdefault(run_id, {}), step_sums)
+    return _Final(ev.run, sums)
 
 
 def _add(into: Sums, sums: Sums) -> None:
@@ -395,6 +442,9 @@ class GapSplit:
     partition: str                  # "class" or "band"
     classes: tuple[ClassGap, ...]   # the partition's classes in their order
     overall: ClassGap               # every class pooled (its share is 1 wherever one is defined)
+    # The n-gram baselines (ema_core.lm.ngram) on the same windows: baseline -> class name (or ALL_TOKENS)
+    # -> loss per token, pooled over the seeds' GPT runs (None: no tokens); empty for runs stored before them.
+    baselines: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> int:
@@ -456,7 +506,28 @@ def class_gaps(rows: Iterable[Mapping], partition: str = "class", variant: Varia
         return ClassGap(n, tokens, tokens / total if total > 0 else math.nan, spread(p["spen"]), spread(p["gpt"]),
                         spread(p["gap"]), spread(p["share"]))
 
-    return GapSplit(lm_variant_label("spen", *variant), partition, tuple(row(n) for n in names), row(ALL_TOKENS))
+    return GapSplit(lm_variant_label("spen", *variant), partition, tuple(row(n) for n in names), row(ALL_TOKENS),
+                    _baselines(rows, f, variant, partition))
+
+
+def _baselines(rows: Iterable[Mapping], f: _Final, variant: Variant, partition: str) -> dict[str, dict]:
+    """Each n-gram baseline's loss per token per class, from the baseline rows of the GPT runs the gap pairs
+    (every run of a group scores the same windows, so the GPT's rows are the section's)."""
+    gpts = {m["gpt_run_id"] for m in f.run.values()
+            if m["model"] == "spen" and (m["predictor"], m["attn_input"]) == variant and m["gpt_run_id"] in f.sums}
+    rows = list(rows)
+    out: dict[str, dict] = {}
+    for name in BASELINES:
+        b = _finals(rows, name)
+        pooled: Sums = {}
+        for run_id in gpts & set(b.sums):
+            _add(pooled, b.sums[run_id])
+        if not any(k[0] == partition for k in pooled):
+            continue
+        names = PARTITIONS[partition]
+        out[name] = {**{n: _per_token(pooled, partition, (n,)) for n in names},
+                     ALL_TOKENS: _per_token(pooled, partition, names)}
+    return out
 
 
 @dataclass(frozen=True)
@@ -548,3 +619,259 @@ def variant_class_deltas(rows: Iterable[Mapping], partition: str = "class") -> l
         out.append(VariantClassDelta(lm_variant_label("spen", *v), tuple((n, delta((n,))) for n in names),
                                      delta(tuple(names))))
     return out
+
+
+# -- how the gap grows: SPEN ÷ GPT against training tokens -------------------------------------------------
+#
+# The periodic evaluations of the same rows, paired as the final ones are (each SPEN run with the GPT the
+# store picked for it, at the same step), fitted against the training tokens seen, and extrapolated to the
+# paper's budget.  An extrapolation, never a verdict: nothing here goes through the shared rule.
+
+# The paper's numbers (PAPER.md §3): C4 perplexity 260 against GPT-2 Small's 33, at 130M parameters after
+# 8B training tokens of FineWeb-Edu.
+PAPER_SPEN_PPL, PAPER_GPT_PPL = 260, 33
+PAPER_RATIO = PAPER_SPEN_PPL / PAPER_GPT_PPL  # 7.9
+PAPER_TOKENS, PAPER_PARAMS = 8e9, 130e6
+GROWTH_LEVEL = 0.95      # the interval's coverage
+# Evaluation steps on the plateau a line is fitted through: a line has 2 parameters, and a third point
+# leaves its residuals the one degree of freedom the interval needs.
+GROWTH_MIN_POINTS = 3
+# The pools the gap is followed in: key -> (label, the classes pooled as Σ nats / Σ tokens).  Every class
+# pooled is the evaluation's whole loss; recall pools every distance, as the claim "concentrates" does.
+GROWTH_POOLS: dict[str, tuple[str, tuple[str, ...]]] = {"all": (ALL_TOKENS, CLASSES),
+                                                        "recall": ("recall tokens", RECALL)}
+GROWTH_MODEL = "Δ(t) = a + b·log10 t"  # Δ: SPEN − GPT (nats/token); t: training tokens seen
+# Where the learning rate stood when a point was evaluated; only the plateau is fitted.
+PLATEAU = "plateau"
+PHASES = ("warm-up", PLATEAU, "decay", "schedule not known")
+
+
+@dataclass(frozen=True)
+class GrowthPoint:
+    """One periodic evaluation of one seed: SPEN − its GPT on the pool, at the same step."""
+
+    seed: int
+    step: int
+    tokens: float   # training tokens seen by then
+    delta: float    # nats/token; the perplexity ratio is exp(delta)
+    phase: str      # a PHASES entry: only the plateau's points are fitted
+    group: Hashable = None  # the settings' group_id: a seed is (group, seed), as everywhere in the study
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.delta)
+
+
+@dataclass(frozen=True)
+class GapGrowth:
+    """The fit of one pool's log perplexity ratio against training tokens, Δ(t) = a + b·log10 t, and its
+    extrapolation to ``at`` tokens.  The ratio is exp(Δ): a straight line on log–log axes."""
+
+    variant: str                       # the SPEN (lm_variant_label)
+    pool: str                          # a GROWTH_POOLS key
+    a: float                           # nats/token at t = 1 token (the intercept: not a prediction)
+    b: float                           # nats/token per decade of training tokens
+    n_points: int                      # plateau evaluations fitted (seeds × steps)
+    n_seeds: int                       # seeds among them
+    t_range: tuple[float, float]       # training tokens of the first and last point fitted
+    at: float                          # the tokens extrapolated to (the paper's 8B)
+    interval_from: str                 # "seeds and residuals", or "residuals (one seed)"
+    points: tuple[GrowthPoint, ...]    # every paired periodic evaluation, the unfitted ones too
+    # The interval's arithmetic (see interval): the fit's mean log10 t, Σ(x − x̄)², residual std and its
+    # degrees of freedom; each seed's own line (a, b) when two seeds or more have one.
+    x_mean: float
+    sxx: float
+    residual_std: float
+    dof: int
+    seed_lines: tuple[tuple[float, float], ...]
+    level: float = GROWTH_LEVEL
+    paper: float = PAPER_RATIO          # the paper's SPEN ÷ GPT-2 perplexity, beside the prediction
+
+    @property
+    def label(self) -> str:
+        return GROWTH_POOLS[self.pool][0]
+
+    @property
+    def n_steps(self) -> int:
+        """Evaluation steps fitted (each holds one point per seed that reached it)."""
+        return len({p.step for p in self.points if p.phase == PLATEAU})
+
+    def delta(self, tokens: float) -> float:
+        """The fitted Δ (nats/token) at ``tokens`` training tokens."""
+        return self.a + self.b * math.log10(tokens)
+
+    def interval(self, tokens: float) -> tuple[float, float]:
+        """The ``level`` interval of Δ at ``tokens``: the wider of the fit's prediction interval, from its
+        residuals (s·√(1 + 1/n + (x − x̄)²/Sxx), Student's t at n − 2), and, with two seeds or more, the seeds'
+        interval (each seed's own line at x, mean ± t·std/√seeds at seeds − 1).  The evaluations of one run
+        are not independent (consecutive points share a model), so the residuals alone understate the
+        uncertainty; the seeds are the independent draws, and the wider of the two is kept."""
+        x = math.log10(tokens)
+        centre = self.delta(tokens)
+        half = _t_quantile(self.level, self.dof) * self.residual_std * math.sqrt(
+            1 + 1 / self.n_points + (x - self.x_mean) ** 2 / self.sxx)
+        lo, hi = centre - half, centre + half
+        if self.seed_lines:
+            own = spread(a + b * x for a, b in self.seed_lines)
+            seed_half = _t_quantile(self.level, own.n - 1) * own.std / math.sqrt(own.n)
+            lo, hi = min(lo, own.mean - seed_half), max(hi, own.mean + seed_half)
+        return lo, hi
+
+    def ratio(self, tokens: float) -> float:
+        return math.exp(self.delta(tokens))
+
+    def ratio_interval(self, tokens: float) -> tuple[float, float]:
+        lo, hi = self.interval(tokens)
+        return math.exp(lo), math.exp(hi)
+
+    @property
+    def predicted(self) -> float:
+        """The SPEN ÷ GPT perplexity ratio the line gives at ``at`` tokens."""
+        return self.ratio(self.at)
+
+    @property
+    def predicted_interval(self) -> tuple[float, float]:
+        return self.ratio_interval(self.at)
+
+    @property
+    def measured_to(self) -> float:
+        """The most training tokens of any point measured (fitted or not)."""
+        return max(p.tokens for p in self.points)
+
+    @property
+    def decades(self) -> float:
+        """How far beyond the last point fitted the prediction reaches, in decades of training tokens."""
+        return math.log10(self.at / self.t_range[1])
+
+
+def _t_quantile(level: float, dof: int) -> float:
+    """Student's t quantile of a two-sided ``level`` interval at ``dof`` degrees of freedom, by bisection on
+    the closed-form tail of :func:`ema_core.verdicts.one_sided_p` (no scipy in ema_core).
+
+    >>> round(_t_quantile(0.95, 1), 3), round(_t_quantile(0.95, 10), 3)
+    (12.706, 2.228)
+    """
+    tail = (1 - level) / 2
+    lo, hi = 0.0, 1.0
+    while one_sided_p(hi, dof) > tail:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if one_sided_p(mid, dof) > tail:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * hi:
+            break
+    return (lo + hi) / 2
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float, float, float, float]:
+    """Least squares y = a + b·x: (a, b, x̄, Sxx, residual sum of squares)."""
+    n = len(points)
+    x_mean = math.fsum(x for x, _ in points) / n
+    y_mean = math.fsum(y for _, y in points) / n
+    sxx = math.fsum((x - x_mean) ** 2 for x, _ in points)
+    b = math.fsum((x - x_mean) * (y - y_mean) for x, y in points) / sxx
+    a = y_mean - b * x_mean
+    return a, b, x_mean, sxx, math.fsum((y - a - b * x) ** 2 for x, y in points)
+
+
+def _phase(step: int, peak: range | None) -> str:
+    # After ``step`` optimiser steps the model has taken steps 0 … step − 1: on the plateau when the last
+    # of them is a peak step (every warm-up step done, no decay step taken).
+    if peak is None:
+        return PHASES[3]
+    if step - 1 in peak:
+        return PLATEAU
+    return "warm-up" if step <= peak.start else "decay"
+
+
+def growth_points(rows: Iterable[Mapping], pool: str = "all", variant: Variant | None = None) -> list[GrowthPoint]:
+    """Every periodic evaluation of the SPEN variant (default :func:`gap_variant`) paired with its GPT at the
+    same step: Δ = SPEN's loss per token on the pool − the GPT's, per seed (group_id, seed) and step; two runs
+    of one key add up on both sides, as in the final table.  In (settings, seed, step) order."""
+    if pool not in GROWTH_POOLS:
+        raise ValueError(f"pool must be one of {', '.join(GROWTH_POOLS)}, got {pool!r}")
+    names = GROWTH_POOLS[pool][1]
+    rows = rows if isinstance(rows, list) else list(rows)  # read twice: the variant, then the evaluations
+    variant = variant if variant is not None else gap_variant(rows)
+    if variant is None:
+        return []
+    ev = _evaluations(rows, "periodic")
+    out = []
+    for step in sorted({s for by in ev.sums.values() for s in by}):
+        for key, (spen_sums, gpt_sums) in _with_gpt(ev.at(step), variant).items():
+            s, g = _per_token(spen_sums, "class", names), _per_token(gpt_sums, "class", names)
+            # The key's SPEN runs: their tokens seen and schedule (the GPT shares the settings: one group).
+            runs = [r for r, m in ev.run.items() if (m["group_id"], m["seed"]) == key and m["model"] == "spen"
+                    and (m["predictor"], m["attn_input"]) == variant and step in ev.sums[r]]
+            seen = [ev.seen[r][step] for r in runs if (ev.seen[r].get(step) or 0) > 0]
+            if s is None or g is None or not seen:
+                continue  # no token of the pool, or no count of the training tokens (a log needs one): no point
+            out.append(GrowthPoint(key[1], step, math.fsum(seen) / len(seen), s - g,
+                                   _phase(step, ev.run[runs[0]]["peak"]), key[0]))
+    return sorted(out, key=lambda p: (str(p.group), p.seed, p.step))
+
+
+def gap_growth(rows: Iterable[Mapping], pool: str = "all", variant: Variant | None = None,
+               at: float = PAPER_TOKENS, level: float = GROWTH_LEVEL) -> GapGrowth | None:
+    """How SPEN's gap to its GPT grows with training: :data:`GROWTH_MODEL` fitted by least squares to the
+    plateau's points of :func:`growth_points` (every seed's), and extrapolated to ``at`` training tokens.
+
+    Only the plateau is fitted: the warm-up's points are of a model whose rate is still rising, and the
+    decay lowers both losses by an amount that has nothing to do with the tokens seen, so neither lies on
+    one curve with the plateau.  None with fewer than GROWTH_MIN_POINTS steps on the plateau (a cosine has
+    none: train.schedule=wsd, the long preset).  An extrapolation: the page labels it, no rule judges it.
+    """
+    points = rows if isinstance(rows, list) else list(rows)
+    found = growth_points(points, pool, variant)
+    fitted = [p for p in found if p.phase == PLATEAU]
+    if len({p.step for p in fitted}) < GROWTH_MIN_POINTS:
+        return None
+    a, b, x_mean, sxx, ssr = _line([(math.log10(p.tokens), p.delta) for p in fitted])
+    dof = len(fitted) - 2
+    seeds = sorted({(str(p.group), p.seed) for p in fitted})
+    lines = []
+    for seed in seeds:
+        own = [(math.log10(p.tokens), p.delta) for p in fitted if (str(p.group), p.seed) == seed]
+        if len({x for x, _ in own}) >= GROWTH_MIN_POINTS:
+            lines.append(_line(own)[:2])
+    variant = variant if variant is not None else gap_variant(points)
+    return GapGrowth(
+        variant=lm_variant_label("spen", *variant), pool=pool, a=a, b=b, n_points=len(fitted), n_seeds=len(seeds),
+        t_range=(min(p.tokens for p in fitted), max(p.tokens for p in fitted)), at=at,
+        interval_from="seeds and residuals" if len(lines) >= 2 else "residuals (one seed)", points=tuple(found),
+        x_mean=x_mean, sxx=sxx, residual_std=math.sqrt(ssr / dof), dof=dof,
+        seed_lines=tuple(lines) if len(lines) >= 2 else (), level=level)
+
+
+def tokens_text(t: float) -> str:
+    """``"8.19M"``, ``"8B"``: a count of tokens (or parameters) as the statement writes it."""
+    if t >= 1e9:
+        return f"{t / 1e9:.3g}B"
+    return f"{t / 1e6:.3g}M" if t >= 1e5 else f"{t:,.0f}"
+
+
+def ratio_text(r: float) -> str:
+    """A perplexity ratio as the statement and the fit's table write it: two decimals (``"1.59"``)."""
+    return f"{r:,.2f}" if r < 1000 else f"{r:,.0f}"
+
+
+def growth_statement(fits: Iterable[GapGrowth]) -> str:
+    """The section's one plain line: what was measured, what the fit extrapolates to, and that it is an
+    extrapolation, with the paper's number beside it."""
+    fits = list(fits)
+    if not fits:
+        return ""
+    first = fits[0]
+    said = " and ".join(
+        f"{ratio_text(f.predicted)} [{ratio_text(f.predicted_interval[0])}, {ratio_text(f.predicted_interval[1])}]"
+        f" on {f.label}" for f in fits)
+    seeds = f"{first.n_seeds} seed{'' if first.n_seeds == 1 else 's'}"
+    return (f"Measured to {tokens_text(first.measured_to)} training tokens; the fit ({GROWTH_MODEL} through "
+            f"{first.n_steps} evaluations on the plateau, {tokens_text(first.t_range[0])} to "
+            f"{tokens_text(first.t_range[1])} tokens, {seeds}) extrapolated to {tokens_text(first.at)} tokens gives a "
+            f"{first.variant} ÷ GPT perplexity ratio of {said} ({100 * first.level:g} % intervals, from the "
+            f"{first.interval_from}) — an extrapolation over {first.decades:.1f} decades, not a measurement; "
+            f"the paper: {first.paper:.1f} (all tokens).")

@@ -65,6 +65,9 @@ LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
     ("spen", "softmax_attention", "sequence"): ("SPEN softmax attention (sequence)", "#9be28f"),
     ("spen", "softmax_attention", "tokens"): ("SPEN softmax attention (tokens)", "#b279a2"),
 }
+# The pools of held-out tokens SPEN's gap to the GPT is followed in over training (the keys of
+# content_findings.GROWTH_POOLS): every token in SPEN linear's blue, recall tokens apart from it.
+TOKEN_POOL_COLORS: dict[str, str] = {"all": "#4c78a8", "recall": "#f58518"}
 OTHER_COLOR = "#9d755d"  # a series this palette does not know (a new variant, a renamed feature set)
 REFERENCE_COLOR = "#888888"  # reference lines: chance
 

@@ -19,6 +19,8 @@ Layout of ``$EMALAB_HOME/runs/<run_id>/``::
                     carry a "message" instead of metrics (a damaged checkpoint passed over on resume)
     result.json     the final result {"summary": {...}, "tables": {name: [row, ...]}}, atomic
     checkpoints/    step-<n>.pt, written atomically, the newest few kept
+    artifacts/      files a run keeps besides its results, each written atomically (lm: tokenizer.json,
+                    and model.pt, the final weights, once it has trained)
     log.txt         the worker's stdout/stderr
     worker.lock     held (flock) by the live worker: two runners never run one run twice
     cancel          present when a cancel was requested
@@ -418,12 +420,16 @@ class RunDir:
 
     def save_artifact(self, name: str, data: bytes) -> Path:
         """A file the run produced besides its results (its tokenizer, ...), under ``artifacts/``, atomically."""
-        if not ARTIFACT_NAME.fullmatch(name or ""):
-            raise ValueError(f"artifact name must be a plain file name (letters, digits, . _ -), got {name!r}")
-        path = self.path / "artifacts" / name
+        path = self.artifact_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data)
         return path
+
+    def artifact_path(self, name: str) -> Path:
+        """Where the artifact ``name`` is (or would be) kept: ``artifacts/<name>``."""
+        if not ARTIFACT_NAME.fullmatch(name or ""):
+            raise ValueError(f"artifact name must be a plain file name (letters, digits, . _ -), got {name!r}")
+        return self.path / "artifacts" / name
 
     def load_checkpoint(self, path: Path) -> dict:
         """Load with ``weights_only=True``: a checkpoint is data, never code to run."""

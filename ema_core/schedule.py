@@ -45,8 +45,35 @@ def warmup_stable_decay(step: int, steps: int, warmup: int, decay: int, floor: f
     """
     if step < warmup:
         return (step + 1) / warmup
-    start = max(warmup, steps - decay)
+    start = decay_start(steps, warmup, decay)
     if step < start:
         return 1.0
     p = min(step - start, steps - start) / max(1, steps - start)
     return floor + (1 - floor) * (1 - math.sqrt(p))
+
+
+def decay_start(steps: int, warmup: int, decay: int) -> int:
+    """The step (0-based) at which a wsd schedule's decay over its last ``decay`` steps begins: never
+    inside the warm-up (a decay longer than what follows the warm-up starts where the warm-up ends)."""
+    return max(warmup, steps - decay)
+
+
+def wsd_decay(steps: int, decay_frac: float) -> int:
+    """The steps a wsd schedule decays over: ``decay_frac`` of ``steps``, to the nearest step."""
+    return round(decay_frac * steps)
+
+
+def peak_steps(schedule: str, steps: int, warmup: int, decay_frac: float) -> range:
+    """The optimiser steps (0-based) between the warm-up and the decay, all at the peak rate.
+
+    An evaluation after ``done`` steps is one of a model still training at its rate when ``done - 1``
+    is among them (every warm-up step done, no decay step taken): the points a curve over training
+    tokens can compare.  Empty for a cosine (and so for every run stored before ``schedule`` was a
+    setting), whose decay starts where the warm-up ends.
+
+    >>> peak_steps("wsd", steps=5000, warmup=200, decay_frac=0.2), peak_steps("cosine", 5000, 200, 0.2)
+    (range(200, 4000), range(200, 200))
+    """
+    if schedule != "wsd":
+        return range(warmup, warmup)
+    return range(warmup, decay_start(steps, warmup, wsd_decay(steps, decay_frac)))

@@ -89,7 +89,8 @@ def relaunch_note(before: str | None) -> str:
 
 # Where a kind's finished runs are shown.
 RESULT_PAGES = {"dilution": ("pages/export.py", "Export"), "structure": ("pages/structure.py", "Structure"),
-                "lm": ("pages/content.py", "Content"), "boundary": ("pages/boundary.py", "Boundary map")}
+                "lm": ("pages/content.py", "Content"), "boundary": ("pages/boundary.py", "Boundary map"),
+                "lm_eval": ("pages/content.py", "Content")}
 
 
 def already_done(done: list[tuple[str, object, str]], seed_key: str | None = None) -> None:

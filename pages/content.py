@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, PARTITION_LABELS,
-                                      PARTITIONS, VERDICT_DECIMALS, VERDICT_K, VERDICT_RULE, AblationVerdict,
-                                      ablation_verdict, class_gaps, class_label, gap_verdicts, lm_variant_label,
-                                      variant_class_deltas, verdict_number)
+from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, GROWTH_MIN_POINTS,
+                                      GROWTH_MODEL, GROWTH_POOLS, PAPER_GPT_PPL, PAPER_PARAMS, PAPER_RATIO,
+                                      PAPER_SPEN_PPL, PAPER_TOKENS, PARTITION_LABELS, PARTITIONS, VERDICT_DECIMALS,
+                                      VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict, class_gaps,
+                                      class_label, gap_growth, gap_verdicts, growth_statement, lm_variant_label,
+                                      ratio_text, tokens_text, variant_class_deltas, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, lm_ablation_chart,
-                                      lm_ablation_frame, lm_curve_chart, lm_curve_frame, token_class_curves,
-                                      variant_delta_frame)
+from ema_core.experiments.lm_eval import KIND as REEVAL_KIND
+from ema_core.experiments.lm_eval import TrainedRun, load_trained
+from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, growth_chart, growth_frame,
+                                      lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame,
+                                      token_class_curves, variant_delta_frame)
+from ema_core.lm.data import CorpusConfig
+from ema_core.lm.ngram import BASELINES
+from ema_core.lm.trained import MODEL_ARTIFACT, held_out_passages
 from ema_core.palette import LM_VARIANTS
+from ema_core.rundir import RunDir, emalab_home
 from pages._router import ensure_router
+from pages._sources import check_sources
 from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from store import StoreError, mean_std_cells
-from store.content import lm_ablation, lm_curves, lm_final_losses, lm_final_stats, lm_runs, lm_token_class_pairs
+from store.content import (lm_ablation, lm_curves, lm_final_losses, lm_final_stats, lm_reeval_class_pairs,
+                           lm_reevaluations, lm_runs, lm_token_class_pairs)
 from store.export import mean_std
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -33,8 +44,7 @@ METRICS = {  # metric key -> axis title
 }
 LAUNCH_DEFAULT = ["GPT", "SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"]
 VARIANT_RANK = {label: i for i, (label, _) in enumerate(LM_VARIANTS.values())}
-# The paper's numbers (PAPER.md §3): C4 perplexity 260 against GPT-2 Small's 33.
-PAPER_SPEN_PPL, PAPER_GPT_PPL = 260, 33
+PRESET_ORDER = ["quick", "tiny", "long", "small", "paper"]  # by budget; any other after them
 
 
 def _cells(df: pd.DataFrame, digits: dict[str, int], default: int = 3) -> pd.DataFrame:
@@ -55,11 +65,10 @@ def _millions(n: float) -> str:
 def launch_section() -> None:
     st.subheader("Launch")
     exp = REGISTRY[KIND]
-    presets = sorted(exp.presets, key=lambda p: ["quick", "tiny", "small", "paper"].index(p)
-                     if p in ("quick", "tiny", "small", "paper") else 4)
+    presets = sorted(exp.presets, key=lambda p: PRESET_ORDER.index(p) if p in PRESET_ORDER else len(PRESET_ORDER))
     st.markdown("One run per variant and seed, as background jobs; the page shows them once they are done. "
-                "`quick` takes a few minutes per run on two CPU cores, `tiny` about ten; `small` and `paper` "
-                "want a GPU. The GPT is sized to SPEN linear.")
+                "`quick` takes a few minutes per run on two CPU cores, `tiny` about ten, `long` about an hour "
+                "(how the gap grows, below); `small` and `paper` want a GPU. The GPT is sized to SPEN linear.")
     labels = [label for label, _ in LM_VARIANTS.values()]
     with st.form("content_launch"):
         left, mid, right = st.columns([1, 1, 1])
@@ -228,7 +237,7 @@ def paper_table(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdi
          f"{name}, final evaluation on our held-out text (the paper: C4)"),
         ("GPT perplexity", f"{PAPER_GPT_PPL} (GPT-2 Small)", "[A] [S]", *ours(gpt, "ppl", 1),
          "the GPT sized to SPEN, same data, tokenizer and budget"),
-        ("Perplexity, SPEN ÷ GPT", f"{PAPER_SPEN_PPL / PAPER_GPT_PPL:.1f} (260 / 33, “8×”)", "[A] [S]",
+        ("Perplexity, SPEN ÷ GPT", f"{PAPER_RATIO:.1f} (260 / 33, “8×”)", "[A] [S]",
          *ours(spen, "ppl_ratio", 2, "pairs"), f"per seed: {name} ÷ the GPT of the same seed"),
         ("Bits per byte, SPEN ÷ GPT", f"{math.log(PAPER_SPEN_PPL) / math.log(PAPER_GPT_PPL):.2f} (ln 260 / ln 33)",
          "derived from [A]", *ours(spen, "bpb_ratio", 2, "pairs"),
@@ -296,9 +305,10 @@ def _verdict_cell(v: float) -> str:
     return "" if math.isnan(v) else verdict_number(v)
 
 
-def gap_section(picked: list[str], x_axis: str) -> None:
+def gap_section(picked: list[str], x_axis: str) -> list[dict]:
     """Where SPEN's gap to the GPT lives: per token class (or frequency band), over training, per predictor,
-    and the pre-registered claims judged by the shared rule."""
+    and the pre-registered claims judged by the shared rule.  Returns the class rows it read (none when the
+    runs hold no token classes), which the next section reads too."""
     st.subheader("Where the gap lives: token classes")
     st.markdown(
         "Every evaluation splits the held-out loss by token. **Token classes** follow zoology (arXiv 2312.04927): a "
@@ -313,11 +323,11 @@ def gap_section(picked: list[str], x_axis: str) -> None:
         rows = lm_token_class_pairs(picked)
     except StoreError as exc:
         st.error(str(exc))
-        return
+        return []
     if rows.empty:
         st.info("These runs hold no token classes: they were stored before the held-out loss was split by token "
                 "class. Runs launched now store the split at every evaluation.")
-        return
+        return []
     without = sorted(set(picked) - set(rows["run_id"]))
     if without:
         st.caption(f"{len(without)} of the runs picked hold no token classes (stored before the split) and are "
@@ -336,12 +346,19 @@ def gap_section(picked: list[str], x_axis: str) -> None:
         # Shares as percentages, on screen and in the downloads alike.
         table = frame.assign(token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],
                              share_mean=100 * frame["share_mean"], share_std=100 * frame["share_std"])
-        table = _cells(table.drop(columns=["name"]), {"share": 1}).rename(columns={
+        table = _cells(table.drop(columns=["name"]), {"share": 1})
+        # The n-gram baselines' columns beside the GPT's: what the loss on each class is with no network.
+        baselines = [b for b in BASELINES if b in table]
+        for b in baselines:
+            table[b] = [f"{v:.3f}" if math.isfinite(v) else "" for v in table[b]]
+        order = ["class", "tokens", "token_share", "spen", "gpt", *baselines, "gap", "share", "n"]
+        table = table[order].rename(columns={
             "class": what, "token_share": "% of tokens", "spen": f"{split.variant} (nats/token)",
-            "gpt": "GPT (nats/token)", "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)",
-            "n": "seeds"})
+            "gpt": "GPT (nats/token)", **{b: f"{b} baseline (nats/token)" for b in baselines},
+            "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)", "n": "seeds"})
         table["tokens"] = table["tokens"].round().astype("int64")
-        st.table(unbroken(table, *table.columns[3:-1]), hide_index=True)
+        st.table(unbroken(table, f"{split.variant} (nats/token)", "GPT (nats/token)", "gap: SPEN − GPT (nats/token)",
+                          "share of the gap (%)"), hide_index=True)
         table_downloads(table, f"content_gap_{partition}", key="content_gap_dl",
                         caption=f"Where the gap lives, per {what}: {split.variant}'s loss per token minus the GPT's "
                                 "of the same seed and settings on the final evaluation, then mean ± std across "
@@ -356,6 +373,14 @@ def gap_section(picked: list[str], x_axis: str) -> None:
             f"whole gap (the *{ALL_TOKENS}* row), so where that is near 0 they are large, of either sign, and "
             "unstable. A class with no tokens (e.g. recall more than 256 back in windows of 256 tokens) has no "
             "gap and a share of 0.")
+        if baselines:
+            st.caption(
+                "**Baselines with no network**, scored on the same windows (`ema_core/lm/ngram.py`): **bigram** — "
+                "the training text's bigram counts (interpolated absolute discounting); **cache** — that bigram "
+                "mixed with the pairs already seen in the window, the simplest model that copies (its weight "
+                "chosen on training text). A class a model loses to the bigram on is one it has not yet learned "
+                "even the training text's statistics of; what the cache gains over the bigram on recall tokens is "
+                "what copying is worth there.")
     chart_col, curve_col = st.columns([1, 1.35])
     if split is not None:
         with chart_col:
@@ -406,6 +431,239 @@ def gap_section(picked: list[str], x_axis: str) -> None:
                                 "the std of Δ.", label="tab:content-gap-verdict")
         for v in verdicts:
             VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
+    return records
+
+
+def growth_section(records: list[dict]) -> None:
+    """How the gap grows: SPEN ÷ GPT against training tokens, fitted on the plateau's evaluations and
+    extrapolated to the paper's budget, labelled as the extrapolation it is (no verdict)."""
+    st.subheader("How the gap grows")
+    st.markdown(
+        f"The paper measures SPEN at {PAPER_RATIO:.1f}× GPT-2's perplexity after {tokens_text(PAPER_TOKENS)} "
+        f"training tokens at {tokens_text(PAPER_PARAMS)} parameters; these runs stop far earlier. Each periodic "
+        "evaluation gives SPEN ÷ its GPT's perplexity (exp of the loss difference, per seed at the same step), on "
+        f"every token and on recall tokens. **The fit**: {GROWTH_MODEL}, Δ = SPEN's loss − the GPT's "
+        "(nats/token), t = training tokens seen, by least squares through the evaluations made on the learning "
+        "rate's plateau — after the warm-up, before the decay (`train.schedule=wsd`), where every point is of a "
+        "model still training at its rate. Extended to the paper's budget it is **an extrapolation, not a "
+        "measurement**: no rule judges it."
+    )
+    fits = [f for f in (gap_growth(records, pool) for pool in GROWTH_POOLS) if f is not None]
+    if not fits:
+        st.caption(f"Not enough points: the fit needs SPEN and its GPT with at least {GROWTH_MIN_POINTS} periodic "
+                   "evaluations on the plateau, after the warm-up and before the decay. A cosine schedule (the "
+                   "`quick` and `tiny` presets) decays from the end of its warm-up and has none: train with "
+                   "`--preset long` (or the Launch form's `long`).")
+        return
+    chart_with_downloads(growth_chart(fits), "content_gap_growth", key="content_growth_chart")
+    st.markdown(growth_statement(fits))
+    table = growth_frame(fits)
+    shown = pd.DataFrame({
+        "tokens": table["tokens"], "a (nats/token)": table["a"].map(lambda v: f"{v:.4f}"),
+        "b (nats/token per decade)": table["b"].map(lambda v: f"{v:.4f}"), "evaluations": table["evaluations"],
+        "seeds": table["seeds"],
+        "fitted (training tokens)": [f"{tokens_text(lo)}–{tokens_text(hi)}"
+                                     for lo, hi in zip(table["fitted_from"], table["fitted_to"])],
+        "SPEN ÷ GPT at the last point fitted": table["ratio_at_end"].map(ratio_text),
+        f"at {tokens_text(PAPER_TOKENS)} tokens (extrapolated)": table["ratio_at"].map(ratio_text),
+        f"{100 * fits[0].level:g} % interval": [f"{ratio_text(lo)}–{ratio_text(hi)}"
+                                                 for lo, hi in zip(table["ratio_lo"], table["ratio_hi"])],
+        "decades beyond the data": table["decades"].map(lambda v: f"{v:.1f}"),
+        "interval from": table["interval_from"],
+        "the paper": table["paper"].map(lambda v: "" if math.isnan(v) else f"{v:.1f}"),
+    })
+    st.table(shown, hide_index=True)
+    table_downloads(shown, "content_gap_growth", key="content_growth_dl",
+                    caption=f"How the gap grows: {GROWTH_MODEL} (Δ = SPEN − GPT, nats/token; t = training tokens) "
+                            "fitted through the plateau's periodic evaluations and extrapolated to the paper's "
+                            f"{tokens_text(PAPER_TOKENS)} training tokens: an extrapolation, not a measurement.",
+                    label="tab:content-gap-growth")
+    st.caption(
+        "**The interval** is the wider of the fit's prediction interval (from its residuals) and, with two seeds "
+        "or more, the seeds' own (each seed's line on its own, mean ± t × std / √seeds): the evaluations of one "
+        "run share a model, so the residuals alone understate the uncertainty. It covers the noise of these runs, "
+        "not the model's form: a gap that levels off, or grows faster, at scale lies outside it. **Not the "
+        "paper's setting**: a tiny model, our corpus and tokenizer, perplexity on our held-out text; compare the "
+        "trend, not the number. Hollow points (warm-up, decay) are measured but not fitted.")
+
+
+def kept_models(done: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``done`` (finished lm runs) whose run kept its final weights (runs made since they are kept)."""
+    home = emalab_home()
+    return done[[RunDir.for_id(r, home).artifact_path(MODEL_ARTIFACT).is_file() for r in done["run_id"]]]
+
+
+def _run_label(row) -> str:
+    variant = lm_variant_label(row["model"], row["predictor"], row["attn_input"])
+    return f"{variant} · seed {row['seed']} · {row['run_id']}"
+
+
+def reeval_section(done: pd.DataFrame) -> None:
+    """Launch re-evaluations of finished runs on another text; where SPEN's gap to the GPT lives there."""
+    st.subheader("Evaluated again, on another text")
+    st.markdown(
+        "A finished run keeps its model, so it can be scored on any text the `lm` kind reads: a local `.txt` in "
+        "the data folder, another of Austen's novels held out, a hub dataset. The text is cut into tokens by the "
+        "run's own tokenizer, the frequency bands are those of the text the run trained on, and the loss is "
+        "split by token class as in the run's own evaluations.")
+    kept = kept_models(done)
+    if kept.empty:
+        st.info("None of these runs kept its final weights: runs launched now keep them.")
+        return
+    labels = {r["run_id"]: _run_label(r) for _, r in kept.iterrows()}
+    with st.form("content_reeval_launch"):
+        picked = st.multiselect("Runs to evaluate again", list(labels), format_func=labels.get,
+                                key="content_reeval_runs")
+        left, mid, right = st.columns([2, 1, 1])
+        corpus = left.text_input("Text (corpus)", value="austen", key="content_reeval_corpus",
+                                 help='"austen", a file or folder inside the data folder, or a hub dataset')
+        val_doc = left.text_input("Austen: the novel to score", value="persuasion", key="content_reeval_val_doc")
+        split = mid.radio("Which part", ["val", "all"], key="content_reeval_split",
+                          format_func={"val": "its held-out part", "all": "all of it"}.get)
+        tokens = right.number_input("Tokens (0: all)", min_value=0, value=65_536, step=16_384,
+                                    key="content_reeval_tokens")
+        go = st.form_submit_button("Evaluate", icon=":material/play_arrow:")
+    if go and picked:
+        def jobs():
+            check_sources({"corpus": corpus})  # before the config, whose own check says what exists
+            for run_id in picked:
+                yield REEVAL_KIND, build_config(REEVAL_KIND, overrides={
+                    "run": run_id, "corpus": corpus, "val_doc": val_doc, "split": split, "eval_tokens": int(tokens)})
+
+        launch(jobs, None)
+
+    try:
+        reevals = lm_reevaluations()
+    except StoreError as exc:
+        st.error(str(exc))
+        return
+    reevals = reevals[reevals["source_run"].isin(set(done["run_id"]))]
+    if reevals.empty:
+        st.caption("No run here has been evaluated again yet.")
+        return
+    reevals = reevals.assign(variant=[lm_variant_label(*k) for k in
+                                      zip(reevals["model"], reevals["predictor"], reevals["attn_input"])])
+    shown = reevals[["corpus", "split", "tokens", "variant", "seed", "loss", "source_loss", "train_overlap", "run_id"]]
+    st.dataframe(shown.rename(columns={
+        "loss": "loss (nats/token)", "source_loss": "on its own held-out text",
+        "train_overlap": "share seen in training",
+        "tokens": "tokens scored", "run_id": "re-evaluation"}), hide_index=True)
+    st.caption("*share seen in training*: the part of the text scored found whole in the run's training split "
+               "(0 for a text the run never read; its own training text scores low for that reason alone).")
+
+    paired = reevals[reevals["gpt_run_id"].notna()]
+    if paired.empty:
+        st.info("The gap needs a SPEN run and the GPT of its seed and settings, both evaluated again on the same text.")
+        return
+    settings = list(dict.fromkeys(paired["setting_id"]))
+    describe = {s: (lambda r: f"{r['corpus']} · {'held-out part' if r['split'] == 'val' else 'all'} · "
+                              f"{int(r['tokens']):,} tokens")(paired[paired["setting_id"] == s].iloc[0])
+                for s in settings}
+    setting = st.selectbox("Text evaluated", settings, format_func=describe.get, key="content_reeval_setting")
+    partition = st.radio("Split the loss by", list(PARTITIONS), format_func=PARTITION_LABELS.get, horizontal=True,
+                         key="content_reeval_partition")
+    try:
+        rows = lm_reeval_class_pairs(setting)
+    except StoreError as exc:
+        st.error(str(exc))
+        return
+    split_ = class_gaps(rows.to_dict("records"), partition)
+    if split_ is None:
+        st.info(f"No SPEN here has its GPT evaluated on this text, both split by {PARTITION_LABELS[partition]}.")
+        return
+    what = PARTITION_LABELS[partition]
+    frame = class_gap_frame(split_)
+    table = frame.drop(columns=["name"]).assign(
+        token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],
+        share_mean=100 * frame["share_mean"], share_std=100 * frame["share_std"])
+    for col in ("spen", "gpt", "gap", "share"):
+        at = table.columns.get_loc(f"{col}_mean")
+        cells = mean_std_cells(table[[f"{col}_mean", f"{col}_std"]], digits=1 if col == "share" else 3)[col]
+        table = table.drop(columns=[f"{col}_mean", f"{col}_std"])
+        table.insert(at, col, cells)
+    table = table.rename(columns={
+        "class": what, "token_share": "% of tokens", "spen": f"{split_.variant} (nats/token)",
+        "gpt": "GPT (nats/token)", "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)",
+        "n": "seeds"})
+    table["tokens"] = table["tokens"].round().astype("int64")
+    st.table(unbroken(table, *table.columns[3:-1]), hide_index=True)
+    table_downloads(table, f"content_reeval_gap_{partition}", key="content_reeval_gap_dl",
+                    caption=f"Where the gap lives on {describe[setting]}, per {what}: {split_.variant}'s loss per "
+                            "token minus the GPT's of the same seed and settings, both evaluated again on this text, "
+                            "mean ± std across seeds.", label=f"tab:content-reeval-gap-{partition}")
+    st.caption(f"As in *Where the gap lives* above, on this text: *{ALL_TOKENS}* is the whole loss on it; a "
+               "negative gap means SPEN is better on those tokens.")
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the model…")
+def _trained(run_id: str, home: str) -> TrainedRun:
+    # Kept for the server's life (a few MB at tiny): a finished run's model never changes.
+    return load_trained(run_id, Path(home))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _passages(data_json: str) -> list[str]:
+    return held_out_passages(CorpusConfig.model_validate_json(data_json), 6, chars=500, seed=0)
+
+
+def samples_section(done: pd.DataFrame) -> None:
+    """A prompt continued by a SPEN run and a GPT run side by side."""
+    st.subheader("Samples")
+    st.markdown(
+        "What each model writes after the same prompt. Each next token is drawn from the model's distribution "
+        "(sharpened by the temperature, restricted to the *k* most likely); each model reads the last "
+        "`seq_len` tokens, the window it was trained on: the GPT cannot read further, and SPEN's traces start "
+        "empty at each window in training, so it is given the same window.")
+    kept = kept_models(done)
+    spen, gpt = kept[kept["model"] == "spen"], kept[kept["model"] == "gpt"]
+    if spen.empty or gpt.empty:
+        st.info("Samples need a finished SPEN run and a finished GPT run that kept their final weights "
+                "(runs launched now keep them).")
+        return
+    labels = {r["run_id"]: _run_label(r) for _, r in kept.iterrows()}
+    left, right = st.columns(2)
+    spen_id = left.selectbox("SPEN run", list(spen["run_id"]), format_func=labels.get, key="content_sample_spen")
+    gpt_id = right.selectbox("GPT run", list(gpt["run_id"]), format_func=labels.get, key="content_sample_gpt")
+    home = str(emalab_home())
+    try:
+        spen_run, gpt_run = _trained(spen_id, home), _trained(gpt_id, home)
+    except ValueError as exc:
+        st.error(str(exc))
+        return
+    source = st.radio("Prompt", ["passage", "typed"], horizontal=True, key="content_sample_source",
+                      format_func={"passage": "a passage of the held-out text", "typed": "my own"}.get)
+    if source == "passage":
+        try:
+            passages = _passages(spen_run.config.data.model_dump_json(include=set(CorpusConfig.model_fields)))
+        except ValueError as exc:  # the run's text cannot be read now (moved, offline)
+            st.warning(f"The held-out text cannot be read: {exc}")
+            passages = []
+        prompt = st.selectbox("Passage", passages, key="content_sample_passage",
+                              format_func=lambda p: p[:120].replace("\n", " ") + "…") if passages else ""
+    else:
+        prompt = st.text_area("Prompt", value="It was a truth universally acknowledged", key="content_sample_prompt")
+    with st.form("content_sample"):
+        c1, c2, c3, c4 = st.columns(4)
+        n_tokens = c1.slider("Tokens", 10, 300, 100, step=10, key="content_sample_tokens")
+        temperature = c2.slider("Temperature", 0.0, 1.5, 0.8, step=0.05, key="content_sample_temperature",
+                                help="0: the most likely token each time")
+        top_k = c3.number_input("Top k (0: every token)", min_value=0, value=50, step=10, key="content_sample_top_k")
+        seed = c4.number_input("Seed", min_value=0, value=0, step=1, key="content_sample_seed")
+        go = st.form_submit_button("Sample", icon=":material/edit_note:")
+    if not go:
+        return
+    if prompt:
+        st.markdown("**Prompt**")
+        st.text(prompt)
+    for col, run in zip(st.columns(2), (spen_run, gpt_run)):
+        with col:
+            st.markdown(f"**{lm_variant_label(run.config.model, run.config.predictor, run.config.attn_input)}**")
+            with st.spinner("Sampling…"):
+                text = run.sample(prompt, int(n_tokens), float(temperature), int(top_k) or None, int(seed))
+            st.text(text)
+    st.caption(f"{int(n_tokens)} tokens each, temperature {temperature:g}, top k {int(top_k) or 'all'}, seed "
+               f"{int(seed)}: the same settings give the same text. `<|endoftext|>` is the model ending a "
+               "document.")
 
 
 def ablation_section(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdict) -> None:
@@ -471,7 +729,11 @@ else:
     verdict = ablation_verdict(finals.to_dict("records"))
     final_table(stats, sel)
     paper_table(stats, found, verdict)
-    gap_section(picked, x_axis)
+    records = gap_section(picked, x_axis)
+    if records:
+        growth_section(records)
     ablation_section(stats, found, verdict)
+reeval_section(done)
+samples_section(done)
 
 launch_section()

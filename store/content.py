@@ -246,15 +246,20 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
     Columns: run_id, group_id (as :func:`lm_runs`'), model, predictor, attn_input, seed, gpt_run_id (a
     SPEN run's GPT: the same seed and comparable config, the GPT sized to this SPEN, else to SPEN linear,
     as :func:`lm_final_stats` divides by; null for a GPT and for a SPEN without one among ``run_ids``),
-    evaluation, step, tokens_seen (training tokens by that step, as :func:`lm_curves` counts them),
-    partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no tokens).  Only
-    runs with a finite final loss on ``split``; empty for runs stored before the split.
+    schedule, warmup, steps, decay_frac (the run's ``train`` settings, which say which evaluations were
+    made at the peak rate: :func:`ema_core.schedule.peak_steps`; schedule is null for a run stored before
+    it was a setting), evaluation, step, tokens_seen (training tokens by that step, as :func:`lm_curves`
+    counts them), partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no
+    tokens).  Only runs with a finite final loss on ``split``; empty for runs stored before the split.
     """
     sql = f"""
         WITH {_LM_EVAL_ROWS}
         SELECT p.run_id, left(md5(p.comparable), 8) AS group_id, p.model, p.predictor, p.attn_input, p.seed,
-               p.gpt_run_id, t.evaluation, t.step, t.step * {_LM_TOKENS_PER_STEP} AS tokens_seen, t.partition,
-               t.class, t.tokens, t.loss, t.loss / nullif(t.tokens, 0) AS loss_per_token
+               p.gpt_run_id, r.config->'train'->>'schedule' AS schedule,
+               (r.config->'train'->>'warmup')::BIGINT AS warmup, (r.config->'train'->>'steps')::BIGINT AS steps,
+               (r.config->'train'->>'decay_frac')::DOUBLE AS decay_frac, t.evaluation, t.step,
+               t.step * {_LM_TOKENS_PER_STEP} AS tokens_seen, t.partition, t.class, t.tokens, t.loss,
+               t.loss / nullif(t.tokens, 0) AS loss_per_token
         FROM per_run p JOIN lm_token_classes t USING (run_id) JOIN runs r USING (run_id)
         WHERE ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
         ORDER BY {_LM_ORDER.format(p='p.')}, p.seed, p.run_id,
@@ -321,3 +326,87 @@ register_run_table("lm_token_classes", RunTable(
 export.register_table("lm_token_classes", "language models' validation loss split by token class (associative "
                                           "recall by distance, first sight, other) and by training frequency band, "
                                           "at every evaluation: tokens, summed nats, nats per token")
+
+
+# -- re-evaluations of finished runs (kind lm_eval) beside the runs they evaluated ----------------------------
+#
+# A re-evaluation's own rows (``lm_eval`` split "reeval:val" | "reeval:all", ``lm_token_classes`` evaluation
+# "reeval") say nothing of the model: that is the source run's, named by its config's ``run``.  Its *setting*
+# is what was evaluated, the same for SPEN and the GPT when they are compared: its config without the run, the
+# seed and what cannot change a number (``device``, ``threads``).
+
+_REEVAL_DROP = json.dumps({"run": None, "seed": None, "device": None, "threads": None})
+# Every finished re-evaluation with its source run's variant and its source's GPT (the pair the
+# training runs' final table divides by: _LM_EVAL_ROWS's per_run, over every lm run), and the
+# re-evaluation of that GPT in the same setting.
+_REEVAL_ROWS = f"""{_LM_EVAL_ROWS},
+    re AS (SELECT e.run_id, e.config->>'run' AS source_run, coalesce(e.started_at, e.created_at) AS started,
+                  json_merge_patch(e.config, $reeval_drop)::VARCHAR AS setting,
+                  coalesce(e.summary->>'corpus', e.config->'data'->>'corpus') AS corpus, e.config->>'split' AS split,
+                  (e.config->>'eval_tokens')::BIGINT AS eval_tokens, (e.summary->>'val_tokens')::BIGINT AS tokens,
+                  (e.summary->>'val_loss')::DOUBLE AS loss, (e.summary->>'val_ppl')::DOUBLE AS ppl,
+                  (e.summary->>'val_bpb')::DOUBLE AS bpb, (e.summary->>'train_overlap')::DOUBLE AS train_overlap
+           FROM runs e
+           WHERE e.kind = 'lm_eval' AND e.status = 'done'
+             AND ($reeval_ids::VARCHAR[] IS NULL OR e.run_id IN (SELECT unnest($reeval_ids::VARCHAR[])))),
+    src AS (SELECT re.*, p.model, p.predictor, p.attn_input, p.size, p.seed, left(md5(p.comparable), 8) AS group_id,
+                   left(md5(re.setting), 8) AS setting_id, p.loss AS source_loss, p.gpt_run_id AS source_gpt
+            FROM re JOIN (SELECT per_run.*, r.config->>'size' AS size FROM per_run JOIN runs r USING (run_id)) p
+                 ON p.run_id = re.source_run),
+    paired AS (SELECT s.*, g.run_id AS gpt_run_id
+               FROM src s LEFT JOIN re g ON g.source_run = s.source_gpt AND g.setting = s.setting
+               QUALIFY row_number() OVER (PARTITION BY s.run_id ORDER BY g.run_id NULLS LAST) = 1)"""
+
+
+def _params(run_ids: RunIds, **more) -> dict:
+    # $reeval_ids picks the re-evaluations; $ids (the training runs' filter) stays open: every lm run is a
+    # possible source, and a source's GPT.
+    return {"ids": None, "reeval_ids": id_list(run_ids), "split": "val", "drop": _LM_DROP,
+            "reeval_drop": _REEVAL_DROP, **more}
+
+
+def lm_reevaluations(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """Finished re-evaluations, newest first, with what they evaluated and whose model.
+
+    Columns: run_id, source_run, model, predictor, attn_input, size, seed (the source run's: a GPT's
+    predictor and attention input are those of the SPEN it was sized to), group_id (the source's
+    comparable settings, as :func:`store.content.lm_runs`'), setting_id (a short hash of what was
+    evaluated: corpus, split, tokens; equal for a SPEN and a GPT evaluated alike), corpus, split,
+    eval_tokens (0: all), tokens (scored), loss, ppl, bpb, source_loss (the source's own final loss on its
+    held-out text), train_overlap (share of the text evaluated found whole in the source's training
+    split), gpt_run_id (a SPEN's: the re-evaluation in the same setting of the GPT its final table pairs it
+    with; null for a GPT and where there is none), started.  A re-evaluation whose source is not in the
+    store (or has no final loss) has no row.
+    """
+    sql = f"""
+        WITH {_REEVAL_ROWS}
+        SELECT run_id, source_run, model, predictor, attn_input, size, seed, group_id, setting_id, corpus, split,
+               eval_tokens, tokens, loss, ppl, bpb, source_loss, train_overlap, gpt_run_id, started
+        FROM paired
+        ORDER BY started DESC NULLS LAST, corpus, {_LM_ORDER.format(p='')}, seed, run_id"""
+    return query_frame(sql, _params(run_ids), home)
+
+
+def lm_reeval_class_pairs(setting_id: str | None = None, run_ids: RunIds = None, *,
+                          home: Path | None = None) -> pd.DataFrame:
+    """The token-class rows of re-evaluations, shaped as :func:`store.content.lm_token_class_pairs`' (what
+    :func:`ema_core.content_findings.class_gaps` reads), for one setting (``setting_id`` of
+    :func:`lm_reevaluations`) or all.
+
+    Columns: run_id (the re-evaluation), group_id, model, predictor, attn_input, seed (its source's),
+    gpt_run_id (as :func:`lm_reevaluations`'), setting_id, corpus, split, evaluation ("final": the one
+    evaluation of a re-evaluation, named as ``class_gaps`` reads a run's last), step (the source's last),
+    partition, class, tokens, loss (summed nats), loss_per_token.  Read one setting at a time: the gap of
+    two texts is not one quantity.
+    """
+    sql = f"""
+        WITH {_REEVAL_ROWS}
+        SELECT p.run_id, p.group_id, p.model, p.predictor, p.attn_input, p.seed, p.gpt_run_id, p.setting_id,
+               p.corpus, p.split, 'final' AS evaluation, t.step, t.partition, t.class, t.tokens, t.loss,
+               t.loss / nullif(t.tokens, 0) AS loss_per_token
+        FROM paired p JOIN lm_token_classes t ON t.run_id = p.run_id AND t.evaluation = 'reeval'
+        WHERE ($setting::VARCHAR IS NULL OR p.setting_id = $setting)
+        ORDER BY p.corpus, p.setting_id, {_LM_ORDER.format(p='p.')}, p.seed, p.run_id,
+                 list_position(['class', 'band'], t.partition) NULLS LAST, t.partition,
+                 list_position($classes::VARCHAR[], t.class) NULLS LAST, t.class"""
+    return query_frame(sql, _params(run_ids, setting=setting_id, classes=[*CLASSES, *BANDS]), home)

@@ -244,3 +244,21 @@ def test_a_gap_within_the_seeds_spread_is_inconclusive():
         rows += _rows(f"lin-{s}", "spen", s, _spen(s, 0.0, gap), gpt=f"gpt-{s}")
     concentrates, _ = gap_verdicts(rows)
     assert concentrates.verdict == "inconclusive" and concentrates.delta.n == 3
+
+
+def test_the_n_gram_baselines_come_from_the_gpt_runs_rows_beside_the_gap():
+    rows = _pairs()
+    assert class_gaps(rows).baselines == {}  # runs stored before the baselines: no columns, nothing invented
+    bigram = {n: 4.0 + i for i, n in enumerate(GPT)}
+    for s in (0, 1, 2):  # the same windows on every seed; a SPEN's own rows are never read
+        rows += _rows(f"gpt-{s}", "gpt", s, bigram, evaluation="bigram")
+        rows += _rows(f"lin-{s}", "spen", s, {n: 99.0 for n in GPT}, evaluation="bigram")
+    split = class_gaps(rows)
+    assert set(split.baselines) == {"bigram"}
+    for n, v in split.baselines["bigram"].items():
+        if n == "all tokens":
+            assert v == pytest.approx(_pooled(bigram, [c for c in GPT if TOKENS[c]]))
+        else:
+            assert v == (pytest.approx(bigram[n]) if TOKENS[n] else None), n
+    # the gap itself is untouched by the baseline rows
+    assert [c.gap.mean for c in split.classes] == [c.gap.mean for c in class_gaps(_pairs()).classes]

@@ -122,7 +122,7 @@ def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
 
 def test_launch_submits_one_run_per_variant_and_seed(empty_home, registered):
     at = _page()
-    assert at.selectbox(key="content_preset").options == ["quick", "tiny", "small", "paper"]
+    assert at.selectbox(key="content_preset").options == ["quick", "tiny", "long", "small", "paper"]
     assert at.multiselect(key="content_variants").value == VARIANTS
     at.multiselect(key="content_variants").set_value(["GPT", "SPEN linear attention (sequence)"])
     at.selectbox(key="content_preset").set_value("tiny")
@@ -368,6 +368,15 @@ def test_the_gap_table_and_chart_hold_the_store_numbers_per_seed(runs, partition
         assert row["SPEN linear (nats/token)"] == _cell(spen.xs(n, level="class")["loss_per_token"], 3)
         assert row["GPT (nats/token)"] == _cell(gpt.xs(n, level="class")["loss_per_token"], 3)
         assert row["tokens"] == spen.loc[(0, n), "tokens"] and row["seeds"] == (N if spen.loc[(0, n), "tokens"] else 0)
+    # The n-gram baselines beside the models, from the GPT runs' own rows on the same windows, pooled.
+    for baseline in ("bigram", "cache"):
+        df = lm_token_classes(runs[:N], baseline)
+        df = df[df["partition"] == partition].groupby("class")[["tokens", "loss"]].sum()
+        column = table[f"{baseline} baseline (nats/token)"]
+        for n in names:
+            t = df.loc[n, "tokens"]
+            assert column[class_label(n)] == (f"{df.loc[n, 'loss'] / t:.3f}" if t else ""), (baseline, n)
+        assert column["all tokens"] == f"{df['loss'].sum() / df['tokens'].sum():.3f}"
     whole = table.loc["all tokens"]
     total = {s: spen.xs(s, level="seed")["loss"].sum() / spen.xs(s, level="seed")["tokens"].sum()
              - gpt.xs(s, level="seed")["loss"].sum() / gpt.xs(s, level="seed")["tokens"].sum() for s in SEEDS}

@@ -49,7 +49,11 @@ def test_presets_then_overrides_then_seed():
         # the paper's own studies carry its settings; the boundary map extends the paper and has none
         assert ("paper" in exp.presets) == exp.one_click, name
         for preset in exp.presets:
-            build_config(name, preset=preset)  # every preset validates
+            if name == "lm_eval":  # it evaluates a finished run, which no preset can name
+                with pytest.raises(ValueError, match=r"^run: name the finished lm run to evaluate"):
+                    build_config(name, preset=preset)
+            else:
+                build_config(name, preset=preset)  # every preset validates
     assert set(build_config("dilution", preset="paper").alphas) >= {0.5, 0.1, 0.02}
 
 
@@ -104,7 +108,7 @@ def test_build_config_errors_are_one_clear_line(kwargs, message):
 
 
 def test_unknown_kind_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: boundary, dilution, lm, structure$"):
+    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: boundary, dilution, lm, lm_eval, structure$"):
         build_config("nope")
     with pytest.raises(ValueError, match="known kinds"):
         get_experiment("nope")

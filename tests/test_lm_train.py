@@ -172,7 +172,15 @@ def test_lm_experiment_on_austen(tmp_path, monkeypatch):
         total = sum(p["tokens"] * p["loss"] for p in parts.values() if p["tokens"])
         assert total / s["val_tokens"] == pytest.approx(s["val_loss"], abs=1e-6)
         assert all((p["loss"] is None) == (p["tokens"] == 0) for p in parts.values())
-    assert {r["evaluation"] for r in result["tables"]["lm_token_classes"]} == {"periodic", "final"}
+    rows = result["tables"]["lm_token_classes"]
+    assert {r["evaluation"] for r in rows} == {"periodic", "final", "bigram", "cache"}
+    # the n-gram baselines score the final evaluation's very tokens, by the same classes
+    for name in ("bigram", "cache"):
+        for partition in ("class", "band"):
+            assert ({(r["class"], r["tokens"]) for r in rows if (r["evaluation"], r["partition"]) == (name, partition)}
+                    == {(r["class"], r["tokens"]) for r in rows if (r["evaluation"], r["partition"]) == ("final", partition)})
+        assert s["baselines"][name]["val_loss"] > 0
+    assert s["baselines"]["bigram"]["cache_weight"] is None and 0 < s["baselines"]["cache"]["cache_weight"] < 1
     assert b'"model"' in rep.artifacts["tokenizer.json"]  # the tokenizer travels with the run
     assert (s["lr"], s["lr_auto"]) == (3e-3, False)  # the tiny preset's own number
 

@@ -28,7 +28,7 @@ KIND = "lm"
 TABLE = "lm_token_classes"
 SEEDS = (0, 1)
 # TINY evaluates every 2 of its 6 steps, then once more at the end on more tokens.
-EVALUATIONS = [("periodic", 2), ("periodic", 4), ("periodic", 6), ("final", 6)]
+EVALUATIONS = [("periodic", 2), ("periodic", 4), ("periodic", 6), ("final", 6), ("bigram", 6), ("cache", 6)]
 PARTITIONS = (("class", CLASSES), ("band", BANDS))
 COLUMNS = ["run_id", "seed", *LM_LABELS, "evaluation", "step", "partition", "class", "tokens", "loss",
            "loss_per_token"]
@@ -78,7 +78,8 @@ def test_a_real_run_splits_every_evaluation_and_its_summary_adds_up_to_the_loss(
                 tokens = sum(r["tokens"] for r in part)
                 assert tokens == (TINY["eval_tokens"] if evaluation == "periodic" else s["val_tokens"])
                 # Summed nats: each evaluation's classes add up to the loss it reported.
-                loss = logged[step] if evaluation == "periodic" else s["val_loss"]
+                loss = {"periodic": logged[step], "final": s["val_loss"]}.get(evaluation)
+                loss = s["baselines"][evaluation]["val_loss"] if loss is None else loss
                 assert sum(r["loss"] for r in part) / tokens == pytest.approx(loss, abs=1e-6)
         for r in _rows_of(rows, "final", 6, "class"):
             p = s["token_classes"][r["class"]]
@@ -129,7 +130,7 @@ def test_the_pairs_query_holds_the_same_rows_with_settings_and_training_tokens(r
 def test_the_export_names_the_classes_in_every_format_and_groups_over_seeds(runs):
     csv = pd.read_csv(io.StringIO(render_table(TABLE, "csv")))
     assert list(csv.columns) == COLUMNS
-    assert set(csv["class"]) == {*CLASSES, *BANDS} and set(csv["evaluation"]) == {"periodic", "final"}
+    assert set(csv["class"]) == {*CLASSES, *BANDS} and set(csv["evaluation"]) == {e for e, _ in EVALUATIONS}
     md = render_table(TABLE, "markdown")
     assert all(f"| {name} |" in md for name in (*CLASSES, *BANDS))
     tex = render_table(TABLE, "latex")

@@ -18,12 +18,12 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ema_core.config import config_error, nest, resolve_setting, setting_fields
-from ema_core.experiments import boundary, dilution_sweep, lm, structure
+from ema_core.experiments import boundary, dilution_sweep, lm, lm_eval, structure
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 
 # A small explicit map: a kind not listed here is rejected when its config is built.
 REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT, lm.EXPERIMENT,
-                                                  boundary.EXPERIMENT)}
+                                                  boundary.EXPERIMENT, lm_eval.EXPERIMENT)}
 
 __all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "build_config",
            "config_error", "get_experiment"]

@@ -4,14 +4,16 @@ One run is one (model, predictor, attention input, size, corpus, seed).  The cor
 HF ``datasets`` and cut by a BPE trained on its training split (:mod:`ema_core.lm.data`, cached by
 content hash); the model comes from :mod:`ema_core.lm.sizes` (the GPT is the one matched in size
 to the SPEN of the same settings); :func:`ema_core.lm.train.train_lm` trains it, checkpoints it and
-evaluates it on the held-out text.
+evaluates it on the held-out text.  The run keeps its tokenizer and its final weights (``artifacts/``:
+:mod:`ema_core.lm.trained`), which ``lm_eval`` evaluates again on another text.
 
 Results: one ``lm_eval`` row (split "val": loss in nats per token, perplexity, bits per byte), the
 validation curve as ``val/*`` metrics, and a summary with the keys ``emalab run lm --json`` promises.
 Every evaluation also splits its loss by token (:mod:`ema_core.lm.token_classes`): the
 ``lm_token_classes`` table has one row per (evaluation, step, partition, class), ``evaluation``
-"periodic" (the curve's, on ``train.eval_tokens``) or "final" (on ``train.final_eval_tokens``, at the
-run's last step), ``partition`` "class" (recall by distance, first, other) or "band" (training
+"periodic" (the curve's, on ``train.eval_tokens``), "final" (on ``train.final_eval_tokens``, at the
+run's last step) or an n-gram baseline's on the final evaluation's windows ("bigram", "cache":
+:mod:`ema_core.lm.ngram`), ``partition`` "class" (recall by distance, first, other) or "band" (training
 frequency), ``tokens`` and ``loss`` summed in nats; the summary's ``token_classes`` and
 ``token_bands`` hold the final evaluation's, as nats per token.
 """
@@ -27,9 +29,11 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import seed_field
 from ema_core.lm.data import LMDataConfig, prepare
+from ema_core.lm.ngram import baseline_evaluations
 from ema_core.lm.rates import AUTO, resolve_lr
 from ema_core.lm.sizes import ModelChoice, build_model
 from ema_core.lm.tokenizer import tokenizer_json
+from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, weights_bytes
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
 
@@ -92,7 +96,8 @@ PRESETS: dict[str, dict] = {
     # novels), about an hour a model on one core of two.  The rate stays at its peak until the last fifth
     # (wsd), so each of the 20 evaluations on the way is one of a model still training at its rate,
     # and the curves over tokens can be compared and fitted (docs/decisions.md, How the gap grows).
-    # The next size up: --set size=small (a GPU's budget).
+    # The next size up: --set size=small --set train.lr=N (a GPU's budget; no rate is chosen on dev for
+    # small yet, so "auto" refuses it rather than guess one).
     "long": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 5000,
              "train.warmup": 200, "train.lr": AUTO, "train.schedule": "wsd", "train.decay_frac": 0.2,
              "train.eval_every": 250, "train.eval_tokens": 32_768, "train.final_eval_tokens": 65_536,
@@ -142,7 +147,7 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     data = prepare(cfg.data)
     tok = data.tokenizer
     # The tokenizer travels with the run: its numbers mean nothing without it.
-    reporter.save_artifact("tokenizer.json", tokenizer_json(tok).encode())
+    reporter.save_artifact(TOKENIZER_ARTIFACT, tokenizer_json(tok).encode())
     rank, world, device = init_distributed() if _under_torchrun() else (0, 1, _device(cfg))
     model = build_model(cfg, vocab_size=tok.get_vocab_size(), seq_len=cfg.train.seq_len, seed=cfg.seed)
     params = sum(p.numel() for p in model.parameters())
@@ -156,6 +161,14 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     out = train_lm(model, streams, cfg.train.model_copy(update={"lr": cfg.lr}), cfg.seed, reporter, device=device,
                    extra_state={"config": StoredConfig(KIND, cfg)})
     final = out["final"]
+    if rank == 0:
+        # The trained model stays with the run (its checkpoints stop before the end, and few are kept):
+        # ema_core.experiments.lm_eval evaluates it again, the Content page samples from it.
+        reporter.save_artifact(MODEL_ARTIFACT, weights_bytes(model))
+    # The n-gram baselines on the very windows of the final evaluation (rank 0's): what the loss by class
+    # is with no network, beside the models' (ema_core.lm.ngram; a fraction of a second at tiny).
+    baselines = (baseline_evaluations(streams.train, streams.val, cfg.train.seq_len, cfg.train.final_eval_tokens,
+                                      vocab=tok.get_vocab_size()) if final else {})
     summary = {
         "model": cfg.model,
         "predictor": cfg.predictor if cfg.model == "spen" else None,
@@ -178,11 +191,12 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
         "device": str(device),
         "world_size": world,
         **{split: _per_token(final.get(split)) for split in CLASS_SPLITS},
+        "baselines": {name: {"val_loss": b["loss"], "cache_weight": b["cache_weight"]} for name, b in baselines.items()},
     }
     summary["seconds"] = time.perf_counter() - t_start
     reporter.progress(1.0, "done")
     rows = [{"split": "val", "loss": final["loss"], "ppl": final["ppl"], "bpb": final["bpb"]}] if final else []
-    classes = _token_class_rows(out["curve"], final, cfg.train.steps)
+    classes = _token_class_rows(out["curve"], final, cfg.train.steps, baselines)
     return {"summary": summary, "tables": {"lm_eval": rows, "lm_token_classes": classes}}
 
 
@@ -195,8 +209,9 @@ def _per_token(sums: dict | None) -> dict | None:
             for name, s in sums.items()}
 
 
-def _token_class_rows(curve: list[dict], final: dict, last_step: int) -> list[dict]:
-    """The ``lm_token_classes`` rows of every evaluation that has the split, the curve's then the final.
+def _token_class_rows(curve: list[dict], final: dict, last_step: int, baselines: dict | None = None) -> list[dict]:
+    """The ``lm_token_classes`` rows of every evaluation that has the split, the curve's, the final, then
+    each n-gram baseline's on the final evaluation's windows (``evaluation`` its name: "bigram", "cache").
 
     The final evaluation is not a curve entry even at the last step (it reads another number of
     tokens), so ``evaluation`` tells the two apart; a curve entry from an older checkpoint has no split
@@ -205,6 +220,7 @@ def _token_class_rows(curve: list[dict], final: dict, last_step: int) -> list[di
     evaluations = [("periodic", entry["step"], entry) for entry in curve]
     if final:
         evaluations.append(("final", last_step, final))
+    evaluations += [(name, last_step, b) for name, b in (baselines or {}).items()]
     return [{"evaluation": evaluation, "step": int(step), "partition": partition, "class": name,
              "tokens": s["tokens"], "loss": s["loss"]}
             for evaluation, step, ev in evaluations

@@ -36,6 +36,8 @@ UNITS: dict[str, str] = {
     "tokens_per_s": "tokens/s",
     "tokens": "tokens",
     "val_tokens": "tokens",
+    "source_val_loss": "nats/token",
+    "train_overlap": "fraction of the characters evaluated",
     "params": "parameters",
     # structure: probe and BiGRU accuracies over words
     "within": "fraction correct",

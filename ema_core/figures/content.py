@@ -1,7 +1,8 @@
 """The content study's charts (PAPER.md §3): validation curves, where SPEN's gap to the GPT lives among
-the token classes, and the predictor ablation of the language models, from the frames of the store's
-language-model queries.  Each variant (model, predictor, attention input) has the label and colour
-:data:`ema_core.palette.LM_VARIANTS` gives it."""
+the token classes, how it grows with training tokens (an extrapolation to the paper's budget), and the
+predictor ablation of the language models, from the frames of the store's language-model queries.  Each
+variant (model, predictor, attention input) has the label and colour :data:`ema_core.palette.LM_VARIANTS`
+gives it."""
 from __future__ import annotations
 
 import math
@@ -12,10 +13,11 @@ import numpy as np
 import pandas as pd
 
 from ema_core import palette
-from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, PREDICTOR_LABELS, GapSplit, VariantClassDelta,
-                                      class_label, lm_variant_label)
-from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, reference_rule,
-                              value_format)
+from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GROWTH_MODEL, PAPER_PARAMS, PLATEAU,
+                                      PREDICTOR_LABELS, GapGrowth, GapSplit, VariantClassDelta, class_label,
+                                      lm_variant_label, tokens_text)
+from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors,
+                              reference_rule, value_format)
 
 CURVE_WIDTH = WIDTH + 180  # the curves take a page's whole width
 # Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
@@ -135,7 +137,8 @@ def class_gap_frame(split: GapSplit) -> pd.DataFrame:
 
     Columns: class (its label), name (the store's), tokens, token_share (of the partition's tokens), spen,
     gpt, gap (nats/token) and share (of the whole gap, a fraction) each as ``<v>_mean`` and ``<v>_std``
-    across seeds, n (seeds with a gap there).
+    across seeds, n (seeds with a gap there), then one column per n-gram baseline the runs hold (its loss
+    per token on the same windows; NaN for a class with no tokens).
     """
     rows = []
     for c in (*split.classes, split.overall):
@@ -144,6 +147,9 @@ def class_gap_frame(split: GapSplit) -> pd.DataFrame:
             sp = getattr(c, what)
             row[f"{what}_mean"], row[f"{what}_std"] = sp.mean, sp.std
         row["n"] = c.gap.n
+        for name, losses in split.baselines.items():
+            v = losses.get(c.name)
+            row[name] = math.nan if v is None else v
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -245,3 +251,116 @@ def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt
     return alt.layer(*layers).resolve_scale(color="independent", strokeDash="independent").properties(
         width=WIDTH, height=HEIGHT,
         title=chart_title("Predictor ablation", "mean ± std across seeds; same traces, only the predictor differs"))
+
+
+# -- how the gap grows ---------------------------------------------------------------------------------
+
+# The fitted line's two segments: solid over the points fitted, dashed beyond them.
+FITTED, EXTRAPOLATED = "fit, over the points fitted", "extrapolation"
+
+
+def growth_frame(fits: Iterable[GapGrowth]) -> pd.DataFrame:
+    """The page's table of the fits of :func:`ema_core.content_findings.gap_growth`, one row per pool.
+
+    Columns: tokens (the pool's label), a, b (Δ = a + b·log10 t, nats/token; b per decade of training
+    tokens), evaluations (steps fitted), seeds, fitted_from, fitted_to, measured_to (training tokens),
+    ratio_at_end (the line's SPEN ÷ GPT at the last point fitted), at (tokens extrapolated to), ratio_at,
+    ratio_lo, ratio_hi (its interval), level, decades (beyond the last point fitted), interval_from, paper.
+    """
+    rows = []
+    for f in fits:
+        lo, hi = f.predicted_interval
+        rows.append({"tokens": f.label, "a": f.a, "b": f.b, "evaluations": f.n_steps, "seeds": f.n_seeds,
+                     "fitted_from": f.t_range[0], "fitted_to": f.t_range[1], "measured_to": f.measured_to,
+                     "ratio_at_end": f.ratio(f.t_range[1]), "at": f.at, "ratio_at": f.predicted, "ratio_lo": lo,
+                     "ratio_hi": hi, "level": f.level, "decades": f.decades, "interval_from": f.interval_from,
+                     "paper": f.paper if f.pool == "all" else math.nan})
+    return pd.DataFrame(rows)
+
+
+def _growth_frames(fits: list[GapGrowth], grid: int = 40) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The chart's measured points (each seed, then the mean across seeds per step: exp of the mean Δ) and
+    its line (the fit over the points fitted, then extrapolated, with the interval at every token count)."""
+    points, lines = [], []
+    for f in fits:
+        per_step: dict[int, list] = {}
+        for p in f.points:
+            line = f"seed {p.seed}" + (f" · settings {p.group}" if p.group is not None else "")
+            points.append({"pool": f.label, "line": line, "seed": p.seed, "step": p.step, "tokens": p.tokens,
+                           "ratio": p.ratio, "phase": p.phase, "n": 1})
+            per_step.setdefault(p.step, []).append(p)
+        for step, ps in per_step.items():
+            delta = math.fsum(p.delta for p in ps) / len(ps)
+            points.append({"pool": f.label, "line": "mean", "seed": np.nan, "step": step,
+                           "tokens": math.fsum(p.tokens for p in ps) / len(ps), "ratio": math.exp(delta),
+                           "phase": ps[0].phase, "n": len(ps)})
+        lo_x, hi_x, at_x = (math.log10(t) for t in (*f.t_range, f.at))
+        for segment, xs in ((FITTED, np.linspace(lo_x, hi_x, grid)), (EXTRAPOLATED, np.linspace(hi_x, at_x, grid))):
+            for x in xs:
+                t = float(10 ** x)
+                lo, hi = f.ratio_interval(t)
+                lines.append({"pool": f.label, "segment": segment, "tokens": t, "ratio": f.ratio(t), "lo": lo,
+                              "hi": hi})
+    return pd.DataFrame(points), pd.DataFrame(lines)
+
+
+def growth_chart(fits: Iterable[GapGrowth]) -> alt.LayerChart:
+    """SPEN ÷ GPT perplexity against training tokens on log–log axes, one colour per pool of tokens: the
+    measured points (the mean across seeds; faint: each seed; hollow: warm-up and decay, not fitted), the
+    fitted line solid over the points fitted and dashed beyond them to the paper's budget, the interval
+    shaded, and the paper's ratio at its budget as a grey diamond.  Labelled an extrapolation."""
+    fits = list(fits)
+    if not fits:
+        raise ValueError("growth_chart needs at least one fit")
+    points, lines = _growth_frames(fits)
+    colors = label_colors({f.pool: f.label for f in fits}, palette.TOKEN_POOL_COLORS)
+    scale = color_scale(list(colors), colors.get)
+    paper = pd.DataFrame({"tokens": [fits[0].at], "ratio": [fits[0].paper],
+                          "label": [f"paper: {fits[0].paper:.1f} ({tokens_text(PAPER_PARAMS)} parameters, "
+                                    f"{tokens_text(fits[0].at)} tokens)"]})
+    shown = [*points["ratio"], *lines["lo"], *lines["hi"], fits[0].paper]
+    # Both axes logarithmic: the fitted line is a power law in t, straight here.  Domains from the data, not
+    # rounded out to whole decades (nice=False), so that the points are not squashed into a corner.
+    x = alt.X("tokens:Q", title="training tokens",
+              scale=alt.Scale(type="log", nice=False, domain=[min(points["tokens"]) / 1.5, fits[0].at * 2.5]),
+              # SI prefixes, with a billion written B (as the paper's "8B tokens"), not G.
+              axis=alt.Axis(format="~s", labelExpr="replace(datum.label, 'G', 'B')"))
+    y_scale = alt.Scale(type="log", nice=False, domain=[min(shown) / 1.1, max(shown) * 1.1])
+    y = alt.Y("ratio:Q", title=f"{fits[0].variant} ÷ GPT perplexity", scale=y_scale,
+              axis=alt.Axis(titleLimit=HEIGHT, format=".3~g"))
+    color = alt.Color("pool:N", scale=scale, sort=list(colors), title="tokens",
+                      # Symbols at full opacity: the shaded band would otherwise set them.
+                      legend=alt.Legend(orient="right", labelLimit=0, symbolType="circle", symbolOpacity=1))
+    band = alt.Chart(lines).mark_area(opacity=0.15).encode(
+        x=x, y=alt.Y("lo:Q", scale=y_scale), y2="hi:Q", color=color, detail="segment:N")
+    line = alt.Chart(lines).mark_line(strokeWidth=2.2).encode(
+        x=x, y=y, color=color,
+        strokeDash=alt.StrokeDash("segment:N", scale=alt.Scale(domain=[FITTED, EXTRAPOLATED], range=[[1, 0], [6, 4]]),
+                                  title="line", legend=alt.Legend(orient="right", labelLimit=0, symbolType="stroke",
+                                                                  symbolSize=400, symbolStrokeWidth=2)),
+        tooltip=[alt.Tooltip("pool:N", title="tokens"), alt.Tooltip("segment:N"),
+                 alt.Tooltip("tokens:Q", format=",.0f", title="training tokens"),
+                 alt.Tooltip("ratio:Q", format=".3f", title="fitted ratio"), alt.Tooltip("lo:Q", format=".3f"),
+                 alt.Tooltip("hi:Q", format=".3f")])
+    tip = [alt.Tooltip("pool:N", title="tokens"), alt.Tooltip("line:N"), alt.Tooltip("step:Q", format=","),
+           alt.Tooltip("tokens:Q", format=",.0f", title="training tokens"),
+           alt.Tooltip("ratio:Q", format=".4f", title="SPEN ÷ GPT"), alt.Tooltip("phase:N"),
+           alt.Tooltip("n:Q", title="seeds")]
+    base = alt.Chart(points).encode(x=x, y=y, color=color, tooltip=tip)
+    seeds = base.transform_filter("datum.line !== 'mean'").mark_point(size=18, opacity=0.3, filled=True)
+    fitted = base.transform_filter(f"datum.line === 'mean' && datum.phase === '{PLATEAU}'").mark_point(
+        size=55, opacity=1, filled=True)
+    unfitted = base.transform_filter(f"datum.line === 'mean' && datum.phase !== '{PLATEAU}'").mark_point(
+        size=55, opacity=1, filled=False, strokeWidth=1.5)
+    marker = alt.Chart(paper).mark_point(shape="diamond", size=130, filled=True,
+                                         color=palette.REFERENCE_COLOR).encode(
+        x=x, y=y, tooltip=[alt.Tooltip("label:N", title="the paper")])
+    note = alt.Chart(paper).mark_text(align="right", dx=-10, dy=-10, color=palette.REFERENCE_COLOR).encode(
+        x=x, y=y, text="label:N")
+    sub = (f"{fits[0].variant} ÷ GPT perplexity against training tokens; points measured (mean across seeds; faint: "
+           f"each seed; hollow: warm-up and decay, not fitted); line: {GROWTH_MODEL} through the plateau's points, "
+           f"dashed beyond them: extrapolated; band: {100 * fits[0].level:g} % interval; diamond: the paper")
+    return alt.layer(band, line, seeds, fitted, unfitted, marker, note).resolve_scale(
+        color="shared", strokeDash="independent").properties(
+        width=CURVE_WIDTH, height=HEIGHT,
+        title=chart_title("How the gap grows — an extrapolation", sub, CURVE_WIDTH))

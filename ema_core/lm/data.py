@@ -28,8 +28,12 @@ from ema_core.lm.tokenizer import get_tokenizer
 from ema_core.paths import cache_home
 
 
-class LMDataConfig(BaseModel):
-    """What text the language model reads and how it is cut into tokens."""
+class CorpusConfig(BaseModel):
+    """What text is read and how it is split into training and held-out documents (no tokens yet).
+
+    The ``data`` group of a run that reads text with a tokenizer it already has (``lm_eval``: a finished
+    run's own); :class:`LMDataConfig` adds the tokenizer a training run builds.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -49,6 +53,25 @@ class LMDataConfig(BaseModel):
                          description='.txt files: what ends a document: "blank" (a run of blank lines or a '
                                      'form feed), "formfeed", "line", "none" (the file is one document) or a '
                                      'literal separator such as "<|endoftext|>"; Austen\'s novels are one each')
+
+    @model_validator(mode="after")
+    def _austen_novel(self) -> CorpusConfig:
+        if self.corpus == "austen":
+            check_val_doc(self.val_doc)
+        elif looks_like_path(self.corpus) and not Path(self.corpus).expanduser().exists():
+            # Checked when the config is built, so `emalab run` refuses it before a run folder exists.
+            raise ValueError(f"corpus {self.corpus!r}: no such file or folder")
+        return self
+
+    def load(self) -> Corpus:
+        """The corpus these settings name, split (:func:`ema_core.lm.corpus.load_corpus`)."""
+        return load_corpus(self.corpus, val_doc=self.val_doc, val_fraction=self.val_fraction,
+                           max_docs=self.max_docs, max_chars=self.max_chars, doc_sep=self.doc_sep)
+
+
+class LMDataConfig(CorpusConfig):
+    """What text the language model reads and how it is cut into tokens."""
+
     tokenizer: str = Field("bpe", min_length=1, max_length=1000,
                            description='"bpe": byte-level BPE trained on the training split; else a tokenizer '
                                        'JSON file or a hub tokenizer name')
@@ -68,15 +91,6 @@ class LMDataConfig(BaseModel):
             raise ValueError("no such tokenizer file")
         return v
 
-    @model_validator(mode="after")
-    def _austen_novel(self) -> LMDataConfig:
-        if self.corpus == "austen":
-            check_val_doc(self.val_doc)
-        elif looks_like_path(self.corpus) and not Path(self.corpus).expanduser().exists():
-            # Checked when the config is built, so `emalab run` refuses it before a run folder exists.
-            raise ValueError(f"corpus {self.corpus!r}: no such file or folder")
-        return self
-
 
 @dataclass(frozen=True, eq=False)
 class LMData:
@@ -90,8 +104,7 @@ class LMData:
 def prepare(cfg: LMDataConfig, cache_dir: str | os.PathLike | None = None) -> LMData:
     """Corpus, tokenizer and token streams for a config, every step cached under ``cache_dir``."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    corpus = load_corpus(cfg.corpus, val_doc=cfg.val_doc, val_fraction=cfg.val_fraction,
-                         max_docs=cfg.max_docs, max_chars=cfg.max_chars, doc_sep=cfg.doc_sep)
+    corpus = cfg.load()
     tok = get_tokenizer(cfg.tokenizer, corpus, cfg.vocab_size, cache_dir)
     return LMData(corpus, tok, token_streams(corpus, tok, cache_dir))
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ema_core.lm.rates import Auto
 from ema_core.lm.token_classes import BANDS, class_sums, classify, frequency_bands
 from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
-from ema_core.schedule import SCHEDULES, warmup_cosine, warmup_stable_decay
+from ema_core.schedule import SCHEDULES, warmup_cosine, warmup_stable_decay, wsd_decay
 
 CHECKPOINT_FORMAT = 1
 # The loss splits every evaluation of a run reports (:func:`evaluate`'s ``token_classes``): a curve
@@ -99,7 +99,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for optimiser step ``step`` (0-based): linear warm-up, then ``cfg.schedule``'s decay to
     min_lr_frac·lr."""
     if cfg.schedule == "wsd":
-        decay = round(cfg.decay_frac * cfg.steps)
+        decay = wsd_decay(cfg.steps, cfg.decay_frac)
         return cfg.lr * warmup_stable_decay(step, cfg.steps, cfg.warmup, decay, cfg.min_lr_frac)
     return cfg.lr * warmup_cosine(step, cfg.steps, cfg.warmup, cfg.min_lr_frac)
 
