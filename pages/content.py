@@ -305,6 +305,25 @@ def _verdict_cell(v: float) -> str:
     return "" if math.isnan(v) else verdict_number(v)
 
 
+def _gap_table(frame: pd.DataFrame, split, what: str) -> tuple[pd.DataFrame, list[str]]:
+    """The gap table of a :class:`~ema_core.content_findings.GapSplit` (its ``class_gap_frame``), shown on the
+    page, and the n-gram baselines it holds a column of.  Shares as percentages, on screen and in the
+    downloads alike; the baselines' columns beside the GPT's (the loss on each class with no network)."""
+    table = frame.assign(token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],
+                         share_mean=100 * frame["share_mean"], share_std=100 * frame["share_std"])
+    table = _cells(table.drop(columns=["name"]), {"share": 1})
+    baselines = [b for b in BASELINES if b in table]
+    for b in baselines:
+        table[b] = [f"{v:.3f}" if math.isfinite(v) else "" for v in table[b]]
+    names = {"class": what, "token_share": "% of tokens", "spen": f"{split.variant} (nats/token)",
+             "gpt": "GPT (nats/token)", **{b: f"{b} baseline (nats/token)" for b in baselines},
+             "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)", "n": "seeds"}
+    table = table[["class", "tokens", "token_share", "spen", "gpt", *baselines, "gap", "share", "n"]].rename(columns=names)
+    table["tokens"] = table["tokens"].round().astype("int64")
+    st.table(unbroken(table, *(names[c] for c in ("spen", "gpt", "gap", "share"))), hide_index=True)
+    return table, baselines
+
+
 def gap_section(picked: list[str], x_axis: str) -> list[dict]:
     """Where SPEN's gap to the GPT lives: per token class (or frequency band), over training, per predictor,
     and the pre-registered claims judged by the shared rule.  Returns the class rows it read (none when the
@@ -343,22 +362,7 @@ def gap_section(picked: list[str], x_axis: str) -> list[dict]:
                 f"{what}: the gap needs both.")
     else:
         frame = class_gap_frame(split)
-        # Shares as percentages, on screen and in the downloads alike.
-        table = frame.assign(token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],
-                             share_mean=100 * frame["share_mean"], share_std=100 * frame["share_std"])
-        table = _cells(table.drop(columns=["name"]), {"share": 1})
-        # The n-gram baselines' columns beside the GPT's: what the loss on each class is with no network.
-        baselines = [b for b in BASELINES if b in table]
-        for b in baselines:
-            table[b] = [f"{v:.3f}" if math.isfinite(v) else "" for v in table[b]]
-        order = ["class", "tokens", "token_share", "spen", "gpt", *baselines, "gap", "share", "n"]
-        table = table[order].rename(columns={
-            "class": what, "token_share": "% of tokens", "spen": f"{split.variant} (nats/token)",
-            "gpt": "GPT (nats/token)", **{b: f"{b} baseline (nats/token)" for b in baselines},
-            "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)", "n": "seeds"})
-        table["tokens"] = table["tokens"].round().astype("int64")
-        st.table(unbroken(table, f"{split.variant} (nats/token)", "GPT (nats/token)", "gap: SPEN − GPT (nats/token)",
-                          "share of the gap (%)"), hide_index=True)
+        table, baselines = _gap_table(frame, split, what)
         table_downloads(table, f"content_gap_{partition}", key="content_gap_dl",
                         caption=f"Where the gap lives, per {what}: {split.variant}'s loss per token minus the GPT's "
                                 "of the same seed and settings on the final evaluation, then mean ± std across "
@@ -567,28 +571,14 @@ def reeval_section(done: pd.DataFrame) -> None:
     except StoreError as exc:
         st.error(str(exc))
         return
-    split_ = class_gaps(rows.to_dict("records"), partition)
-    if split_ is None:
+    gaps = class_gaps(rows.to_dict("records"), partition)
+    if gaps is None:
         st.info(f"No SPEN here has its GPT evaluated on this text, both split by {PARTITION_LABELS[partition]}.")
         return
     what = PARTITION_LABELS[partition]
-    frame = class_gap_frame(split_)
-    table = frame.drop(columns=["name"]).assign(
-        token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],
-        share_mean=100 * frame["share_mean"], share_std=100 * frame["share_std"])
-    for col in ("spen", "gpt", "gap", "share"):
-        at = table.columns.get_loc(f"{col}_mean")
-        cells = mean_std_cells(table[[f"{col}_mean", f"{col}_std"]], digits=1 if col == "share" else 3)[col]
-        table = table.drop(columns=[f"{col}_mean", f"{col}_std"])
-        table.insert(at, col, cells)
-    table = table.rename(columns={
-        "class": what, "token_share": "% of tokens", "spen": f"{split_.variant} (nats/token)",
-        "gpt": "GPT (nats/token)", "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)",
-        "n": "seeds"})
-    table["tokens"] = table["tokens"].round().astype("int64")
-    st.table(unbroken(table, *table.columns[3:-1]), hide_index=True)
+    table, _ = _gap_table(class_gap_frame(gaps), gaps, what)
     table_downloads(table, f"content_reeval_gap_{partition}", key="content_reeval_gap_dl",
-                    caption=f"Where the gap lives on {describe[setting]}, per {what}: {split_.variant}'s loss per "
+                    caption=f"Where the gap lives on {describe[setting]}, per {what}: {gaps.variant}'s loss per "
                             "token minus the GPT's of the same seed and settings, both evaluated again on this text, "
                             "mean ± std across seeds.", label=f"tab:content-reeval-gap-{partition}")
     st.caption(f"As in *Where the gap lives* above, on this text: *{ALL_TOKENS}* is the whole loss on it; a "

@@ -679,6 +679,23 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "content_gap.png"))
         _no_exception(page)
+
+        # The n-gram baselines beside the models; the growth fit says what it needs (these runs' cosine
+        # has no plateau); the kept models continue a held-out passage side by side.
+        expect(page.get_by_role("table").filter(has_text="share of the gap (%)")).to_contain_text(
+            "bigram baseline (nats/token)")
+        page.get_by_text("Not enough points: the fit needs SPEN and its GPT", exact=False).wait_for(timeout=WAIT_MS)
+        page.get_by_role("heading", name="Evaluated again, on another text").wait_for(timeout=WAIT_MS)
+        samples = page.get_by_role("heading", name="Samples", exact=True)
+        _scroll_to_top(samples)
+        page.get_by_role("button", name="Sample").click()
+        page.get_by_text("the same settings give the same text", exact=False).wait_for(timeout=WAIT_MS)
+        blocks = page.get_by_test_id("stText")
+        expect(blocks).to_have_count(3, timeout=WAIT_MS)  # the prompt, SPEN's continuation, the GPT's
+        assert all(t.strip() for t in blocks.all_inner_texts())
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(SHOTS / "content_samples.png"))
+        _no_exception(page)
     finally:
         page.close()
 

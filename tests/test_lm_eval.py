@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -28,6 +27,8 @@ from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, held_out_pas
 from ema_core.rundir import RunDir, run_id_for
 from jobs import cli
 from jobs.worker import run_job
+from lm_fixture import _home as _home_env
+from test_lm_train import _one_thread  # noqa: F401 - every test here on one torch thread
 
 TINY = dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=2, eval_tokens=256, final_eval_tokens=1024,
             vocab_size=512, log_every=2, threads=1)
@@ -48,19 +49,6 @@ def _text(seed: int, paragraphs: int) -> str:
     return "\n\n".join(out) + "\n"
 
 
-@contextlib.contextmanager
-def _env(home: Path):
-    before = os.environ.get("EMALAB_HOME")
-    os.environ["EMALAB_HOME"] = str(home)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("EMALAB_HOME", None)
-        else:
-            os.environ["EMALAB_HOME"] = before
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A data folder with two finished lm runs ({"spen", "gpt"}: run id), their corpus and another text."""
@@ -71,7 +59,7 @@ def lab(tmp_path_factory):
     other.write_text(_text(1, 60), encoding="utf-8")
     threads = torch.get_num_threads()
     runs = {}
-    with _env(home):
+    with _home_env(home):
         for model in ("spen", "gpt"):
             cfg = build_config("lm", preset="quick", overrides={**TINY, "model": model, "corpus": str(corpus)})
             config = cfg.model_dump(mode="json")
@@ -87,14 +75,6 @@ def lab(tmp_path_factory):
 def home(lab, monkeypatch):
     monkeypatch.setenv("EMALAB_HOME", str(lab["home"]))
     return lab["home"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _result(home: Path, run_id: str) -> dict:
@@ -322,7 +302,7 @@ def reevals(lab):
     from tests.finished_run import write_finished_run
 
     ids = {}
-    with _env(lab["home"]):
+    with _home_env(lab["home"]):
         for model, run_id in lab["runs"].items():
             cfg = build_config("lm_eval", overrides={"run": run_id, "corpus": str(lab["other"]), "split": "all",
                                                      "eval_tokens": 512, "threads": 1})
