@@ -55,13 +55,14 @@ def _spec(spec) -> tuple[str, dict]:
     return (spec, SPECS[spec]) if isinstance(spec, str) else ("custom", dict(spec))
 
 
-def _real_run(variant: dict, seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict]:
+def _real_run(variant: dict, seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict, dict]:
     from ema_core.experiments import NullReporter, build_config, get_experiment
 
     cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {}), **variant}, seed=seed)
     reporter = NullReporter()
     result = get_experiment(KIND).run(cfg, reporter)
-    return cfg.model_dump(mode="json"), reporter.events, result
+    # its artifacts too (the tokenizer, the trained model): a real run's folder keeps them
+    return cfg.model_dump(mode="json"), reporter.events, result, reporter.artifacts
 
 
 def _synthetic_run(name: str, variant: dict, seed: int, overrides: dict | None):
@@ -80,7 +81,7 @@ def _synthetic_run(name: str, variant: dict, seed: int, overrides: dict | None):
                "lr": cfg.lr, "lr_auto": cfg.train.lr == "auto"}  # as a run records the rate it trained at
     result = {"summary": summary, "tables": {"lm_eval": [
         {"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}]}}
-    return cfg.model_dump(mode="json"), events, result
+    return cfg.model_dump(mode="json"), events, result, {}
 
 
 def make_lm_runs(home: Path, specs=("gpt", "linear", "softmax_tokens"), seeds=(0, 1), *, real: bool = True,
@@ -97,7 +98,7 @@ def make_lm_runs(home: Path, specs=("gpt", "linear", "softmax_tokens"), seeds=(0
             name, variant = _spec(spec)
             for seed in seeds:
                 make = _real_run if real else (lambda v, s, o, n=name: _synthetic_run(n, v, s, o))
-                cfg, events, result = make(variant, int(seed), overrides)
+                cfg, events, result, artifacts = make(variant, int(seed), overrides)
                 rd = RunDir.for_id(run_id_for(KIND, cfg, int(seed)), home)
                 rd.create(KIND, cfg, int(seed))
                 # The pid of this (live) process, as a worker writes its own: a runner of the same home
@@ -106,6 +107,8 @@ def make_lm_runs(home: Path, specs=("gpt", "linear", "softmax_tokens"), seeds=(0
                 rd.write_status(state="running", started=started, progress=0.0, pid=os.getpid())
                 rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
                 rd.write_result(result)
+                for name, data in artifacts.items():
+                    rd.save_artifact(name, data)
                 rd.write_status(state="done", ended=started, progress=1.0)
                 run_ids.append(rd.run_id)
         report = ingest(home, run_ids)
