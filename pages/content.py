@@ -67,7 +67,7 @@ def launch_section() -> None:
     exp = REGISTRY[KIND]
     presets = sorted(exp.presets, key=lambda p: PRESET_ORDER.index(p) if p in PRESET_ORDER else len(PRESET_ORDER))
     st.markdown("One run per variant and seed, as background jobs; the page shows them once they are done. "
-                "`quick` takes a few minutes per run on two CPU cores, `tiny` about ten, `long` about an hour "
+                "`quick` takes a few minutes per run on two CPU cores, `tiny` about ten, `long` about 1.5 hours "
                 "(how the gap grows, below); `small` and `paper` want a GPU. The GPT is sized to SPEN linear.")
     labels = [label for label, _ in LM_VARIANTS.values()]
     with st.form("content_launch"):

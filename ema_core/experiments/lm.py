@@ -93,9 +93,10 @@ PRESETS: dict[str, dict] = {
     "tiny": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 1200,
              "train.warmup": 100, "train.lr": 3e-3, "train.eval_every": 100, "train.eval_tokens": 16_384},
     # How the gap grows: 5,000 steps of 8 × 256 = 10.2M training tokens (about 12 passes over the five
-    # novels), about an hour a model on one core of two.  The rate stays at its peak until the last fifth
-    # (wsd), so each of the 20 evaluations on the way is one of a model still training at its rate,
-    # and the curves over tokens can be compared and fitted (docs/decisions.md, How the gap grows).
+    # novels), about 1.5 hours for SPEN and the GPT at once on 2 cores (docs/benchmarks.md).  The rate
+    # stays at its peak until the last fifth (wsd), so each of the 20 evaluations on the way is one of a
+    # model still training at its rate, and the curves over tokens can be compared and fitted
+    # (docs/decisions.md, How the gap grows).
     # The next size up: --set size=small --set train.lr=N (a GPU's budget; no rate is chosen on dev for
     # small yet, so "auto" refuses it rather than guess one).
     "long": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 5000,
