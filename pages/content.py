@@ -17,7 +17,7 @@ from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDIC
                                       ratio_text, tokens_text, variant_class_deltas, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.lm_eval import KIND as REEVAL_KIND
-from ema_core.experiments.lm_eval import TrainedRun, load_trained
+from ema_core.experiments.lm_eval import TrainedRun, load_trained, trained_run
 from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, growth_chart, growth_frame,
                                       lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame,
                                       token_class_curves, variant_delta_frame)
@@ -616,7 +616,9 @@ def samples_section(done: pd.DataFrame) -> None:
     gpt_id = right.selectbox("GPT run", list(gpt["run_id"]), format_func=labels.get, key="content_sample_gpt")
     home = str(emalab_home())
     try:
-        spen_run, gpt_run = _trained(spen_id, home), _trained(gpt_id, home)
+        # The configs only (no weights): the models load when a sample is asked for, not on every render.
+        spen_cfg = trained_run(spen_id, Path(home))[1]
+        trained_run(gpt_id, Path(home))  # refused here, before the form, if it cannot be loaded
     except ValueError as exc:
         st.error(str(exc))
         return
@@ -624,7 +626,7 @@ def samples_section(done: pd.DataFrame) -> None:
                       format_func={"passage": "a passage of the held-out text", "typed": "my own"}.get)
     if source == "passage":
         try:
-            passages = _passages(spen_run.config.data.model_dump_json(include=set(CorpusConfig.model_fields)))
+            passages = _passages(spen_cfg.data.model_dump_json(include=set(CorpusConfig.model_fields)))
         except ValueError as exc:  # the run's text cannot be read now (moved, offline)
             st.warning(f"The held-out text cannot be read: {exc}")
             passages = []
@@ -641,6 +643,11 @@ def samples_section(done: pd.DataFrame) -> None:
         seed = c4.number_input("Seed", min_value=0, value=0, step=1, key="content_sample_seed")
         go = st.form_submit_button("Sample", icon=":material/edit_note:")
     if not go:
+        return
+    try:
+        spen_run, gpt_run = _trained(spen_id, home), _trained(gpt_id, home)
+    except ValueError as exc:
+        st.error(str(exc))
         return
     if prompt:
         st.markdown("**Prompt**")
