@@ -73,6 +73,13 @@ def reach_of(model: Mapping[str, Any] | None) -> int | None:
     return window_reach(int(model["window"]), int(model["layers"]), int(model.get("conv") or 0))
 
 
+def runs_reach(configs: Iterable[Mapping[str, Any] | None]) -> int:
+    """How far back the window mixer sees in these runs' configs (its window, layers and conv); the
+    farthest where configs differ, so that a distance called "beyond its reach" is beyond it in every run."""
+    reaches = [r for c in configs if isinstance(c, Mapping) and (r := reach_of(c.get("model"))) is not None]
+    return max(reaches, default=DEFAULT_WINDOW_REACH)
+
+
 def normalised(acc: float, chance: float) -> float:
     """Accuracy above chance, (acc − chance) / (1 − chance): 0 at chance, 1 perfect, below 0 worse than
     chance.  NaN where it is undefined (a missing number, or a chance of 1 that leaves nothing to learn)."""

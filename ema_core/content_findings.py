@@ -875,3 +875,60 @@ def growth_statement(fits: Iterable[GapGrowth]) -> str:
             f"{first.variant} ÷ GPT perplexity ratio of {said} ({100 * first.level:g} % intervals, from the "
             f"{first.interval_from}) — an extrapolation over {first.decades:.1f} decades, not a measurement; "
             f"the paper: {first.paper:.1f} (all tokens).")
+
+
+# -- the headline: SPEN against the same-size GPT ------------------------------------------------------
+#
+# The paper's first content claim, judged like every other: the EMA-only model is worse than attention at
+# the same size.  Δ = loss(SPEN linear) − loss(GPT), paired by (settings, seed): the GPT of a seed sees the
+# same batches in the same order.  A perplexity ratio is exp(Δ), so "SPEN ÷ GPT > 1" is "Δ > 0".
+
+HEADLINE_VARIANT = ("spen", "linear", "state")  # the SPEN the paper reports (its predictor ablation's reference)
+HEADLINE_WHAT = ("The EMA-only SPEN is worse than the same-size GPT (final validation loss, SPEN linear − GPT, "
+                 "paired by seed, > 0; perplexity ÷ GPT = exp Δ)")
+HEADLINE_PAPER = f"perplexity {PAPER_SPEN_PPL} vs {PAPER_GPT_PPL} (÷ {PAPER_RATIO:.1f})"
+
+
+@dataclass(frozen=True)
+class HeadlineVerdict:
+    delta: Spread   # per seed: loss(SPEN linear) − loss(GPT), nats/token
+    verdict: str    # a key of GAP_WORDS ("not_measured": no seed holds both)
+
+    @property
+    def ratio(self) -> float:
+        """SPEN ÷ GPT perplexity at the mean Δ (exp of the mean log ratio: the geometric mean over seeds)."""
+        return math.exp(self.delta.mean) if self.delta.n else math.nan
+
+    @property
+    def word(self) -> str:
+        return not_judged(self.delta.n) if self.verdict == "not_judged" else GAP_WORDS[self.verdict]
+
+    @property
+    def sentence(self) -> str:
+        d = self.delta
+        if d.n == 0:
+            return f"{HEADLINE_WHAT}: not measured by these runs — no seed holds both SPEN linear and its GPT."
+        if d.n < VERDICT_MIN_SEEDS:
+            return (f"{HEADLINE_WHAT}: Δ = {verdict_number(d.mean)} nats/token (÷ {ratio_text(self.ratio)}) — "
+                    f"{self.word}.")
+        return (f"{HEADLINE_WHAT}: Δ = {verdict_number(d.mean)} nats/token (÷ {ratio_text(self.ratio)}), std "
+                f"{verdict_number(d.std)} across {d.n} seeds (threshold {VERDICT_K:g} × std = "
+                f"{verdict_number(VERDICT_K * d.std)}; paired t = {d.t:.2f} against {t_threshold(d.n):.2f}) — "
+                f"{self.word}.")
+
+
+def headline_verdict(runs: Iterable[Mapping]) -> HeadlineVerdict:
+    """SPEN linear against its GPT, judged by the shared rule, from one row per finished run (the store's
+    ``lm_final_losses``: model, predictor, attn_input, seed, loss, group_id).  A GPT pairs with the SPEN
+    of its settings and seed; a GPT sized to another SPEN variant carries that variant's predictor and
+    is not paired with SPEN linear."""
+    held: dict[tuple[str, str, str], dict[Key, list[float]]] = {}
+    for r in runs:
+        loss = _number(r.get("loss"))
+        if loss is None or r.get("seed") is None:
+            continue
+        variant = (r.get("model"), r.get("predictor"), r.get("attn_input"))
+        held.setdefault(variant, {}).setdefault((r.get("group_id"), int(r["seed"])), []).append(loss)
+    mean = {v: {k: math.fsum(ls) / len(ls) for k, ls in by.items()} for v, by in held.items()}
+    d = paired(mean.get(HEADLINE_VARIANT, {}), mean.get(("gpt", *HEADLINE_VARIANT[1:]), {}))
+    return HeadlineVerdict(d, judge(d) if d.n else "not_measured")

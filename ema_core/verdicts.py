@@ -109,6 +109,22 @@ def judge(delta: Spread) -> str:
     return "reproduced" if delta.mean > 0 else "not_reproduced"
 
 
+def strength(delta: Spread) -> float:
+    """How far Δ is from the rule's threshold: |mean Δ| / (VERDICT_K × std), so 1 is the edge of the
+    seeds' spread, above 1 beyond it.  NaN where the rule does not judge (fewer than VERDICT_MIN_SEEDS
+    seeds); +inf where every seed agrees on a non-zero Δ.  A label alone hides whether an
+    "inconclusive" Δ was 0.9 of its threshold or 0.01 of it; this number says.
+
+    >>> round(strength(Spread(0.3, 0.05, 3)), 2), strength(Spread(0.3, 0.0, 3)), strength(Spread(0.1, 0.1, 2))
+    (3.0, inf, nan)
+    """
+    if not delta.judged:
+        return math.nan
+    if delta.std == 0:
+        return math.inf if delta.mean != 0 else 0.0
+    return abs(delta.mean) / (VERDICT_K * delta.std)
+
+
 def not_judged(n: int) -> str:
     """What a claim on fewer than VERDICT_MIN_SEEDS seeds says instead of a verdict's reason.
 

@@ -1,13 +1,21 @@
-"""Overview: what the store holds, the paper's claims and where each is tested, a one-click reproduction."""
+"""Overview: what reproduced (every judged claim in one board), what the store holds, a one-click reproduction."""
 from __future__ import annotations
 
+import math
+
+import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments import lm as lm_experiment
+from ema_core.scoreboard import OUTCOMES, RULE_LINE, STUDIES, missing_seeds
+from ema_core.verdicts import RULE_AS_TEST, VERDICT_MIN_SEEDS, VERDICT_WORDS
 from pages._router import ensure_router
 from pages._state import launch, read_store
+from pages._ui import table_downloads
+from pages._verdicts import verdict_lines
 from store import store_summary
+from store.scoreboard import Judged, scoreboard
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -18,8 +26,100 @@ st.markdown(
     "structure, and where it loses content. Every number on these pages comes from runs made here."
 )
 
-summary = read_store(store_summary)
+# The paper's claim each study tests, in its own words, with where the paper says it.
+PAPER_CLAIMS = {
+    "dilution": ("Fixed-decay traces dilute token identity: the token at lag k keeps weight α(1−α)^k, whatever it "
+                 "was.", "abstract", "pages/dilution.py", "Trace dilution"),
+    "structure": ("Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero "
+                  "labels.", "abstract, summaries"),
+    "content": ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, and "
+                "swapping its predictor for attention changes nothing.", "abstract, summaries"),
+    "boundary": ("The boundary itself: fixed-decay EMA < fixed-decay linear attention < data-dependent decay < "
+                 "softmax attention, structure kept and content lost as the distance grows — argued in the paper, "
+                 "measured here on the same tasks for every mechanism.", "title, discussion"),
+}
 
+board: list[Judged] = read_store(scoreboard)
+scores = [s for j in board for s in j.scores]
+claims = [s for s in scores if not s.sanity]
+
+
+def board_frame() -> pd.DataFrame:
+    """The scoreboard as a table: one row per judged claim (sanity checks included, marked)."""
+    return pd.DataFrame([{
+        "study": STUDIES[s.study].title, "claim": s.claim + (" (sanity check)" if s.sanity else ""),
+        "the paper": s.paper, "measured here": s.measured, "verdict": s.word, "seeds": s.seeds,
+        "|Δ| ÷ threshold": None if math.isnan(s.strength) else round(s.strength, 2),
+    } for s in scores])
+
+
+st.subheader("What reproduced")
+if claims:
+    counts = {o: sum(s.verdict == o for s in claims) for o in OUTCOMES}
+    cols = st.columns(len(OUTCOMES))
+    for col, o in zip(cols, OUTCOMES):
+        col.metric(VERDICT_WORDS.get(o, "not measured").capitalize(), counts[o])
+    st.caption(RULE_LINE + " Each study's runs are the finished group of one config holding the most seeds "
+               "(the newest on a tie); its page lets you pick others.")
+    frame = board_frame()
+    st.dataframe(frame, hide_index=True, key="overview_board", column_config={
+        "|Δ| ÷ threshold": st.column_config.NumberColumn(
+            help="How far Δ sits from the rule's threshold (2 × the std of Δ across seeds): above 1 is beyond "
+                 "the seeds' spread. Empty below 3 seeds."),
+        "claim": st.column_config.TextColumn(width="large")})
+    table_downloads(frame, "claims_scoreboard", key="overview_board_dl",
+                    caption="Every claim judged by the shared rule: Δ within each seed, judged on at least "
+                            f"{VERDICT_MIN_SEEDS} seeds against 2 × its std across seeds.",
+                    label="tab:claims-scoreboard")
+else:
+    st.info("No claim is judged yet: the store holds no finished structure, language-model or boundary runs. "
+            "The quick reproduction below starts them.", icon=":material/science:")
+
+
+def more_seeds(j: Judged):
+    """The group's configs again at the seeds that bring it to the rule's minimum (done ones are reused)."""
+    kind = STUDIES[j.study].kind
+    cls = REGISTRY[kind].config_cls
+    return [(kind, cls.model_validate({**cfg, "seed": s})) for cfg in j.configs
+            for s in missing_seeds(j.seeds, j.span)]
+
+
+for j in board:
+    study = STUDIES[j.study]
+    claim, source = PAPER_CLAIMS[j.study]
+    with st.container(border=True, key=f"overview_study_{j.study}"):
+        head, link = st.columns([4, 1], vertical_alignment="center")
+        head.markdown(f"#### {study.title}\n{claim}  \n*Source: {source}.*")
+        link.page_link(study.page, label=f"Open {study.title}", icon=":material/arrow_forward:")
+        if not j.run_ids:
+            st.caption("No finished runs of this study yet: nothing judged.")
+            continue
+        seeds = ", ".join(map(str, j.seeds)) or "none paired"
+        st.caption(f"Judged on {len(j.run_ids)} run(s) of settings {j.group}, seeds {seeds}.")
+        paper = [s for s in j.scores if not s.sanity]
+        checks = [s for s in j.scores if s.sanity]
+        verdict_lines(paper, RULE_LINE + "\n\n" + RULE_AS_TEST, key=f"overview_claims_{j.study}")
+        if checks:
+            st.markdown("Sanity checks of the harness (they hold by construction or check the recipe):")
+            verdict_lines(checks, RULE_LINE, key=f"overview_checks_{j.study}", title="The checks' numbers")
+        wanted = missing_seeds(j.seeds, j.span)
+        if wanted:
+            runs = len(wanted) * len(j.configs)
+            st.markdown(f"**Not judged: {len(j.seeds)} seed{'' if len(j.seeds) == 1 else 's'}.** The rule needs "
+                        f"{VERDICT_MIN_SEEDS}; {runs} more run(s) of these settings (seed{'s' if len(wanted) > 1 else ''} "
+                        f"{', '.join(map(str, wanted))}) would judge them.")
+            if st.button(f"Launch the missing seeds ({runs} run{'' if runs == 1 else 's'})",
+                         key=f"overview_more_{j.study}", icon=":material/add_task:"):
+                launch(lambda j=j: more_seeds(j), preset=None)
+
+with st.container(border=True, key="overview_study_dilution"):
+    claim, source, page, title = PAPER_CLAIMS["dilution"]
+    st.markdown(f"#### {title}\n{claim}  \n*Source: {source}.*")
+    st.caption("Computed in closed form and by decoders trained on the spot: the weights hold by construction, so "
+               "nothing here is judged as a reproduction.")
+    st.page_link(page, label=f"Open {title}", icon=":material/arrow_forward:")
+
+summary = read_store(store_summary)
 st.subheader("The store")
 a, b, c = st.columns(3)
 a.metric("Runs", summary["runs"])
@@ -29,26 +129,6 @@ if summary["runs"]:
     st.dataframe(summary["by_kind_status"], hide_index=True, key="overview_by_kind")
 else:
     st.info("The store is empty. The trace-dilution explorer needs no runs; the button below starts a quick reproduction.")
-
-st.subheader("The paper's claims, and where they are tested")
-CLAIMS = [
-    ("Fixed-decay traces dilute token identity: the token at lag k keeps weight α(1−α)^k, whatever it was.",
-     "abstract", "pages/dilution.py", "Trace dilution"),
-    ("Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero labels.",
-     "abstract, summaries", "pages/structure.py", "Structure"),
-    ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, "
-     "and swapping its predictor for attention changes nothing.", "abstract, summaries", "pages/content.py", "Content"),
-    ("The boundary itself: fixed-decay EMA < fixed-decay linear attention < data-dependent decay < softmax "
-     "attention, structure kept and content lost as the distance grows — argued in the paper, measured here "
-     "on the same tasks for every mechanism.", "title, discussion", "pages/boundary.py", "Boundary map"),
-]
-for claim, source, page, label in CLAIMS:
-    with st.container(border=True):
-        st.markdown(f"{claim}  \n*Source: {source}.*")
-        if page:
-            st.page_link(page, label=f"Tested on: {label}", icon=":material/arrow_forward:")
-        else:
-            st.caption(label)
 
 # Settings a kind's quick reproduction runs, each over its `quick` preset (one run of the preset
 # for a kind not listed): for the language model, SPEN and the same-size GPT, both sides of the claim.
