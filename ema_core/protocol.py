@@ -80,6 +80,9 @@ class Experiment:
     # studies do; an extension whose quick map takes most of an hour (the boundary map) is launched from
     # its own page.
     one_click: bool = True
+    # A finished run's result in one line from its summary (its Jobs card, the run table), so that no
+    # page names a kind: "" where the kind says nothing in one line.
+    headline: Callable[[dict], str] = lambda summary: ""
     # The shapes this kind's config had in run folders made before it changed, read in today's
     # (ema_core.rundir.current_config).  Each is frozen once declared: it describes files that
     # exist, so a later change of the config adds entries rather than editing these.

@@ -34,7 +34,7 @@ from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import units_for, with_unit
 from ema_core.messages import error_line, one_line
 from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError
-from jobs.runner import LocalRunner, existing_run, format_duration, next_free_seed
+from jobs.runner import LocalRunner, eta_text, existing_run, format_duration, next_free_seed
 
 # The store (pandas and DuckDB, 0.5 s to import) is imported by the commands that open it, not here:
 # `jobs` never does, and `run --background` only queues.  Everything above comes with the registry
@@ -213,7 +213,8 @@ def _follow(runner, run_id: str, quiet: bool) -> str:
             bar.n = int(1000 * float(st.get("progress") or 0.0))
             eta = st.get("eta_s") if st.get("state") == "running" else None
             bar.set_postfix_str((st.get("message") or st.get("state", ""))
-                                + (f" · about {format_duration(eta)} left" if eta is not None else ""), refresh=False)
+                                + (f" · {eta_text(eta, bool(st.get('eta_settled')))}" if eta is not None else ""),
+                                refresh=False)
             bar.refresh()
             if st.get("state") in ("done", "failed", "cancelled", "crashed"):
                 return st["state"]

@@ -7,7 +7,7 @@ process that launched it.
     runner = LocalRunner(slots=2)
     run_id = runner.submit("dilution", {"steps": 500}, seed=0, preset="quick")
     runner.wait(run_id, timeout=60)       # → "done"
-    runner.list()                          # [{"run_id", "kind", "label", "state", "progress", "eta_s", ...}]
+    runner.list()                          # [{"run_id", "kind", "label", "state", "progress", "eta_s", "run_s", ...}]
 """
 from __future__ import annotations
 
@@ -117,6 +117,24 @@ def age_s(iso: str | None, now: datetime | None = None) -> float | None:
     return max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
 
 
+def run_time_s(started: str | None, ended: str | None) -> float | None:
+    """Seconds from a run's start to its end (its last attempt's: a resumed run starts again), or None
+    while either is unknown (a run still going, a folder from before either was written)."""
+    try:
+        end = datetime.fromisoformat(str(ended))
+    except (TypeError, ValueError):
+        return None
+    return age_s(started, end if end.tzinfo is not None else end.replace(tzinfo=timezone.utc))
+
+
+def eta_text(eta_s: float | None, settled: bool) -> str:
+    """``about 3 min left`` once the worker sees a steady pace, ``roughly 3 min left`` while the pace still
+    changes (jobs.worker's estimator); "" when there is no estimate yet."""
+    if eta_s is None:
+        return ""
+    return f"{'about' if settled else 'roughly'} {format_duration(eta_s)} left"
+
+
 def format_duration(seconds: float | None) -> str:
     """``45 s``, ``3 min 20 s``, ``25 min``, ``2 h 5 min``, ``3 d 4 h``: an age or an ETA, for people."""
     if seconds is None:
@@ -153,11 +171,13 @@ def job_summary(rd: RunDir, status: dict | None = None) -> dict[str, Any]:
         "state": st.get("state", "queued"),
         "progress": float(st.get("progress") or 0.0),
         "eta_s": st.get("eta_s"),
+        "eta_settled": bool(st.get("eta_settled")),  # False: the pace is still changing (jobs.worker)
         "step": st.get("step"),
         "latest": st.get("latest") or {},
         "message": st.get("message"),
         "started": st.get("started"),
         "ended": st.get("ended"),
+        "run_s": run_time_s(st.get("started"), st.get("ended")),
         "heartbeat": st.get("heartbeat"),
         "backend": st.get("backend"),
         "attempts": st.get("attempts", 0),
@@ -204,8 +224,8 @@ def next_free_seed(runs: Iterable[tuple[str, BaseModel | dict]], home: Path | No
 
 # The keys of job_summary's rows: a damaged run's row has them all, unknown ones None.
 _ROW_KEYS = ("label", "settings", "changes", "run_id", "kind", "seed", "config", "created", "age_s", "state",
-             "progress", "eta_s", "step", "latest", "message", "started", "ended", "heartbeat", "backend",
-             "attempts", "preset")
+             "progress", "eta_s", "eta_settled", "step", "latest", "message", "started", "ended", "run_s",
+             "heartbeat", "backend", "attempts", "preset")
 
 
 def damaged_row(rd: RunDir, problem: DamagedRunError | str) -> dict[str, Any]:

@@ -9,8 +9,10 @@ opens the store.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
+import math
 import os
 import re
 import signal
@@ -37,10 +39,21 @@ from ema_core.rundir import RunDir, now_iso
 STATUS_INTERVAL_S = 0.2  # a fast loop reports every step; the status file is rewritten at most this often
 HEARTBEAT_S = 5.0  # liveness for runners that cannot see the worker's pid (Ray on another node)
 # The ETA: the first samples of an attempt and the first tenth of its remaining work are warm-up
-# (imports, data preparation, caches, the first slow steps) and say little about the pace; after
-# that, an estimate is shown only while the finish times projected over the last stretch of
-# progress agree.  The stretch is measured in progress, not in samples: a fast loop reports many
-# times a second, and estimates a second apart always agree.
+# (imports, data preparation, caches, the first slow steps) and say little about the pace.  From
+# there the pace is measured over the latter half of the progress made since the warm-up ended (at
+# least two spans of it, where a few coarse steps would make it jumpy), so that it follows a pace
+# that changes (a slower phase, a neighbour on the machine) without forgetting all it measured; an
+# estimate is given from the first sample at which the progress since the warm-up spans
+# ``ETA_SPAN``, and at every sample after.  It is *settled* while the finish times projected over
+# the last span of progress agree, and rough while they do not.
+#
+# It used to be withheld until they agreed, and a run whose progress comes in coarse, uneven steps
+# could go most of its length without one: the boundary map reports a step per cell, its cells differ
+# in length (the longest are handed out first, so its pace in cells quickens as it goes) and finish
+# in bunches of `workers`, and a shared machine's load moves every cell's time.  One quick map went
+# 44 minutes (82 %) with no ETA, and others showed one only between samples that happened to agree.
+# The stretch is measured in progress, not in samples: a fast loop reports many times a second, and
+# estimates a second apart always agree.
 ETA_WARMUP_SAMPLES = 5
 ETA_WARMUP_FRACTION = 0.1
 ETA_SPAN = 0.05  # of the whole run
@@ -48,13 +61,15 @@ ETA_TOLERANCE = 0.1  # of the projected duration, measured from the end of the w
 
 
 class EtaEstimator:
-    """Seconds left, from measured progress after the warm-up; None until the estimate is stable.
+    """Seconds left, from measured progress after the warm-up; None until the pace is measured.
 
     Fed ``(seconds since the attempt began, fraction done)`` samples, it knows no clock, so a test
-    can replay any sequence.  The pace is the progress made since the warm-up ended over the time
-    it took; each sample projects a finish time from it, and the ETA is shown only once the
-    projections made over the last ``span`` of progress lie within ``tolerance`` of the projected
-    duration of each other.
+    can replay any sequence.  The pace is the progress made over the latter half of the progress
+    since the warm-up ended (at least twice ``span``) over the time it took, and the ETA is that
+    pace applied to the work left, given from the first sample at which the progress since the
+    warm-up spans ``span``.  ``settled`` says whether the finish times projected over the last
+    ``span`` of progress lie within ``tolerance`` of the projected duration of each other (the pace
+    holds); while they do not, the ETA is a rough one.
     """
 
     def __init__(self, warmup_samples: int = ETA_WARMUP_SAMPLES, warmup_fraction: float = ETA_WARMUP_FRACTION,
@@ -66,23 +81,35 @@ class EtaEstimator:
         self.samples = 0
         self.first: tuple[float, float] | None = None
         self.origin: tuple[float, float] | None = None  # where the warm-up ended
+        # (fraction, seconds) where progress first reached each further tenth of a span since the
+        # origin: where the pace's window begins (at most 10 / span of them, 200 for the whole run).
+        self.reached: list[tuple[float, float]] = []
         self.recent: deque[tuple[float, float]] = deque()  # (fraction, projected finish), about 10 per span
         self.eta: float | None = None
+        self.settled = False
 
     def update(self, t: float, fraction: float) -> float | None:
         self.samples += 1
-        self.eta = None
         if self.first is None:
             self.first = (t, fraction)
         if self.origin is None:
             t_first, f_first = self.first
             if self.samples > self.warmup_samples and fraction - f_first >= self.warmup_fraction * (1.0 - f_first):
                 self.origin = (t, fraction)
+                self.reached.append((fraction, t))
             return None
         t0, f0 = self.origin
         if fraction <= f0 or t <= t0:
-            return None
-        eta = (t - t0) / (fraction - f0) * (1.0 - fraction)
+            return self.eta  # nothing measurable since the origin: the last estimate, if any, stands
+        if fraction - self.reached[-1][0] >= self.span / 10:
+            self.reached.append((fraction, t))
+        # The window's start: the last point reached at or before half-way from the origin, or two spans
+        # back where that is further (the origin itself, early on).
+        i = bisect.bisect_right(self.reached, (fraction - max(2 * self.span, (fraction - f0) / 2), math.inf)) - 1
+        f_w, t_w = self.reached[max(i, 0)]
+        if fraction <= f_w or t <= t_w:
+            return self.eta
+        eta = (t - t_w) / (fraction - f_w) * (1.0 - fraction)
         finish = t + eta
         if not self.recent or fraction - self.recent[-1][0] >= self.span / 10:
             self.recent.append((fraction, finish))
@@ -91,8 +118,7 @@ class EtaEstimator:
         if fraction - f0 < self.span:
             return None
         finishes = [x for _, x in self.recent] + [finish]
-        if max(finishes) - min(finishes) > self.tolerance * (statistics.median(finishes) - t0):
-            return None
+        self.settled = max(finishes) - min(finishes) <= self.tolerance * (statistics.median(finishes) - t0)
         self.eta = eta
         return eta
 
@@ -185,8 +211,8 @@ class RunDirReporter:
         events, self.pending = self.pending, []
         self.rd.append_events(events)
         self.eta_estimator.update(time.monotonic() - self.t0, self.fraction)
-        fields = {"progress": self.fraction, "eta_s": self.eta(), "step": self.step, "latest": dict(self.latest),
-                  "message": self.message}
+        fields = {"progress": self.fraction, "eta_s": self.eta(), "eta_settled": self.eta_estimator.settled,
+                  "step": self.step, "latest": dict(self.latest), "message": self.message}
         self.write_status(**{**fields, **extra})
 
     def write_status(self, **fields) -> None:
@@ -275,7 +301,8 @@ def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
 
         reporter.cell_pool = lambda workers: RayCellPool(workers, log=lambda line: _append_log(rd, line))
     reporter.write_status(state="running", pid=os.getpid(), host=socket.gethostname(), backend=backend,
-                          started=now_iso(), ended=None, eta_s=None, message="starting", attempts=attempt)
+                          started=now_iso(), ended=None, eta_s=None, eta_settled=False, message="starting",
+                          attempts=attempt)
     _append_log(rd, f"[{now_iso()}] {record['kind']} run {rd.run_id}: attempt {attempt} on {backend}, pid {os.getpid()}")
     stop = threading.Event()
     threading.Thread(target=_heartbeat, args=(reporter, stop), daemon=True).start()

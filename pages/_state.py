@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Collection, Iterable, NamedTuple, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -87,10 +87,80 @@ def relaunch_note(before: str | None) -> str:
     return f" (already {before})"
 
 
+class ResultPage(NamedTuple):
+    page: str
+    title: str
+    # The key of the page's run picker (its pick_runs call), which is also the URL parameter that
+    # picks runs there (see from_url); None where the page picks no runs of this kind by id.
+    picks: str | None = None
+
+
 # Where a kind's finished runs are shown.
-RESULT_PAGES = {"dilution": ("pages/export.py", "Export"), "structure": ("pages/structure.py", "Structure"),
-                "lm": ("pages/content.py", "Content"), "boundary": ("pages/boundary.py", "Boundary map"),
-                "lm_eval": ("pages/content.py", "Content")}
+RESULT_PAGES = {"dilution": ResultPage("pages/export.py", "Export"),
+                "structure": ResultPage("pages/structure.py", "Structure", "structure_runs"),
+                "lm": ResultPage("pages/content.py", "Content", "content_runs"),
+                "boundary": ResultPage("pages/boundary.py", "Boundary map", "boundary_runs"),
+                "lm_eval": ResultPage("pages/content.py", "Content")}
+
+
+def result_link(kind: str, run_ids: Collection[str] = (), label: str | None = None) -> None:
+    """A link to the page that shows ``kind``'s finished runs, with ``run_ids`` picked there where
+    its picker takes them from the URL."""
+    target = RESULT_PAGES.get(kind, ResultPage("pages/jobs.py", "Jobs"))
+    st.page_link(target.page, label=label or f"See the results on the {target.title} page",
+                 icon=":material/arrow_forward:",
+                 query_params={target.picks: URL_SEP.join(run_ids)} if target.picks and run_ids else None)
+
+
+# -- page state in the URL ----------------------------------------------------------------------------
+# A widget whose key names a parameter of the page's URL (?structure_runs=id1,id2, ?kinds=lm) starts
+# from it, and its value is written back after every run: a reload, or a link someone shares, shows
+# what was picked.  Only values the page still offers are taken (a run that left the store is
+# dropped); a widget that already has a value for this visitor keeps it.  Lists are joined by commas,
+# which no run id, kind or state holds, and tags may not (store.notes.normalise_tags).
+URL_SEP = ","
+
+
+def from_url(key: str, options: Collection[Any] | None = None, *, many: bool = False, flag: bool = False) -> bool:
+    """Set widget ``key``'s value from the URL's ``key`` parameter, if the widget has none yet for this
+    visitor; True when it did (then draw the widget without a default: Streamlit refuses both).
+
+    ``options``: the values it may take (others are dropped; none left, and the URL is ignored);
+    ``many``: a list (a multiselect); ``flag``: a toggle ("1" is on).
+    """
+    if key in st.session_state or key not in st.query_params:
+        return False
+    raw = st.query_params[key]
+    if flag:
+        value: Any = raw == "1"
+    elif many:
+        value = [v for v in dict.fromkeys(raw.split(URL_SEP)) if v and (options is None or v in options)]
+        if not value:
+            return False
+    elif options is None or raw in options:
+        value = raw
+    else:
+        return False
+    st.session_state[key] = value
+    return True
+
+
+def to_url(key: str, value: Any, default: Any = None) -> None:
+    """Mirror widget ``key``'s value into the URL; an empty value (nothing picked, a toggle off, no
+    text), or the widget's ``default``, removes the parameter, so that the URL says only what was chosen."""
+    if default is not None and value == default:
+        value = None
+    if isinstance(value, bool):
+        text = "1" if value else ""
+    elif isinstance(value, (list, tuple)):
+        text = URL_SEP.join(map(str, value))
+    else:
+        text = "" if value is None else str(value)
+    if text:
+        if st.query_params.get(key) != text:
+            st.query_params[key] = text
+    elif key in st.query_params:
+        del st.query_params[key]
 
 
 def already_done(done: list[tuple[str, object, str]], seed_key: str | None = None) -> None:
@@ -102,8 +172,7 @@ def already_done(done: list[tuple[str, object, str]], seed_key: str | None = Non
             f"{'these seeds' if len(done) > 1 else 'this seed'} before; the next free seed is {seed}.",
             icon=":material/task_alt:")
     for kind in sorted({kind for kind, _, _ in done}):
-        page, title = RESULT_PAGES.get(kind, ("pages/jobs.py", "Jobs"))
-        st.page_link(page, label=f"See the results on the {title} page", icon=":material/arrow_forward:")
+        result_link(kind, [run_id for k, _, run_id in done if k == kind])
     if seed_key is not None:
         st.button(f"Use seed {seed}", key=f"{seed_key}_next_free", icon=":material/add:",
                   on_click=_set_state, args=(seed_key, seed))
@@ -121,7 +190,8 @@ def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], obje
     A group is what mean ± std may pool (a config across seeds, comparable settings across
     variants).  ``run_ids`` come newest first, as the store lists them, so groups are offered newest
     first; ``within`` orders a group's runs.  A remembered pick that names a run no longer in the
-    store falls back to the default.
+    store falls back to the default.  The pick lives in the URL too (``?<key>=id1,id2``, see
+    :func:`from_url`): a reload or a shared link picks the same runs, less any that left the store.
     """
     run_ids = list(run_ids)
     rank = {g: i for i, g in enumerate(dict.fromkeys(group_of(r) for r in run_ids))}
@@ -129,8 +199,10 @@ def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], obje
     newest = group_of(options[0])
     if any(r not in options for r in st.session_state.get(key, [])):
         del st.session_state[key]  # a run left the store: fall back to the default
-    return st.multiselect(label, options, default=[r for r in options if group_of(r) == newest],
-                          format_func=format_func, key=key)
+    default = None if from_url(key, options, many=True) else [r for r in options if group_of(r) == newest]
+    picked = st.multiselect(label, options, default=default, format_func=format_func, key=key)
+    to_url(key, picked)
+    return picked
 
 
 def pick_config_seeds(done, kind: str, label: str, key: str, launch_section: Callable[[], None]):

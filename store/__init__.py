@@ -21,8 +21,9 @@ from .db import (DamagedStoreError, ForeignStoreError, NotAStoreError, StoreBusy
 from .export import (EMPTY, EXPORT_TABLES, FORMATS, export_table, exports_dir, mean_std_cells, render_table,
                      table_frame)
 from .ingest import ResultError, ingest, record_bench
-from .queries import (GROUPABLE, bench_figures, config_id, config_without_seed, final_metrics, grouped, list_runs,
-                      metric_keys, metric_series, query_frame, run_detail, store_summary)
+from .notes import UnknownRunError, normalise_tags, run_notes, set_note, tags_in_use
+from .queries import (GROUPABLE, bench_figures, config_diff, config_id, config_without_seed, final_metrics, grouped,
+                      list_runs, metric_keys, metric_series, query_frame, run_detail, store_summary)
 from .schema import SCHEMA_VERSION
 
 # Imported here, so that their tables are registered (queries.GROUPABLE, export.EXPORT_TABLES)
@@ -31,9 +32,10 @@ from . import dilution, structure, content, boundary  # isort: skip
 
 __all__ = [
     "DamagedStoreError", "EMPTY", "EXPORT_TABLES", "FORMATS", "ForeignStoreError", "GROUPABLE", "NotAStoreError",
-    "ResultError", "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError", "bench_figures",
-    "boundary", "check", "config_id", "config_without_seed", "content", "dilution", "export_table", "exports_dir",
-    "final_metrics", "grouped", "ingest", "list_runs", "mean_std_cells", "metric_keys", "metric_series", "migrate",
-    "migrate_store", "open_store", "query_frame", "record_bench", "render_table", "run_detail", "store_path",
-    "store_summary", "structure", "table_frame",
+    "ResultError", "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError",
+    "UnknownRunError", "bench_figures", "boundary", "check", "config_diff", "config_id", "config_without_seed",
+    "content", "dilution", "export_table", "exports_dir", "final_metrics", "grouped", "ingest", "list_runs",
+    "mean_std_cells", "metric_keys", "metric_series", "migrate", "migrate_store", "normalise_tags", "open_store",
+    "query_frame", "record_bench", "render_table", "run_detail", "run_notes", "set_note", "store_path",
+    "store_summary", "structure", "table_frame", "tags_in_use",
 ]

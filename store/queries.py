@@ -239,6 +239,41 @@ def varying_fields(fields: Iterable[tuple[str, dict[str, Any]]]) -> list[str]:
     return sorted(out)
 
 
+# A setting one run of a config diff does not have (another kind's, or one added since it ran).
+ABSENT = "—"
+
+
+def config_diff(a: tuple[str, Any], b: tuple[str, Any]) -> pd.DataFrame:
+    """Two runs' settings side by side, from their (kind, config): columns setting, a, b, same.
+
+    One row per dotted setting of either config (``train.lr``), in the configs' own order (a's, then
+    those only b has), after the kind and the seed; a value is shown as text (JSON for a number, a
+    list or null), :data:`ABSENT` where that run has no such setting.  ``same`` says whether the two
+    agree; a page shows the rows where they do not, and the rest on request.  Settings are compared
+    by their dotted path whatever the kinds: runs of two studies still share ``seed`` or ``device``.
+    """
+    (kind_a, config_a), (kind_b, config_b) = a, b
+    flat_a, flat_b = _flat_config(config_a), _flat_config(config_b)
+    # One "kind" for both, so that varying_fields compares across studies too (it keeps kinds apart).
+    differ = set(varying_fields([("", flat_a), ("", flat_b)]))
+
+    def seed(config: Any) -> Any:
+        return config.get("seed", ABSENT) if isinstance(config, dict) else ABSENT
+
+    rows = [("kind", kind_a, kind_b, kind_a == kind_b),
+            ("seed", _shown(seed(config_a)), _shown(seed(config_b)), seed(config_a) == seed(config_b))]
+    for key in dict.fromkeys([*flat_a, *flat_b]):
+        both = key in flat_a and key in flat_b  # a setting one run lacks differs even from null
+        rows.append((key, _shown(flat_a[key]) if key in flat_a else ABSENT,
+                     _shown(flat_b[key]) if key in flat_b else ABSENT, both and key not in differ))
+    return pd.DataFrame(rows, columns=["setting", "a", "b", "same"])
+
+
+def _shown(v: Any) -> str:
+    # Text throughout: a column mixing numbers, lists and names cannot be one Arrow type.
+    return v if isinstance(v, str) else canonical_json(v)
+
+
 def _cell_value(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool)) or v is None else canonical_json(v)
 

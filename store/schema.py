@@ -170,7 +170,21 @@ M004_LM_TOKEN_CLASSES = Migration(4, "m004_lm_token_classes", (
     )""",
 ))
 
-MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES)
+# What a person writes about a run (store/notes.py): a note and tags, one row per run.  The only
+# table a person writes rather than ingest: ingest never touches it, so a note outlives any number of
+# ingests of its run.  ``tags`` is a list, normalised before it is written (stripped, no commas, each
+# once, in the order given); ``updated_at`` is the last write, in UTC.
+M005_RUN_NOTES = Migration(5, "m005_run_notes", (
+    """CREATE TABLE run_notes (
+        run_id     VARCHAR PRIMARY KEY,
+        note       VARCHAR NOT NULL DEFAULT '',
+        tags       VARCHAR[] NOT NULL DEFAULT [],
+        updated_at TIMESTAMP NOT NULL
+    )""",
+))
+
+MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES,
+                                     M005_RUN_NOTES)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 

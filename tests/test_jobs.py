@@ -283,26 +283,84 @@ def test_the_eta_waits_for_the_warm_up_and_a_stable_pace():
     assert estimate_eta(samples[:-1]) is not None and estimate_eta(samples[:5]) is None
 
 
-def test_the_eta_is_hidden_while_the_pace_changes():
+def test_the_eta_is_rough_while_the_pace_changes():
     from jobs.worker import EtaEstimator, estimate_eta
 
     # Steady at 0.2 s a step, then ten times slower from half-way (a slower phase): the estimate
-    # made before the change is shown, then hidden while the projected finish moves.
+    # made before the change is settled; after it, the estimate goes on (the pace since the warm-up,
+    # applied to the work left) but is rough while the projected finish moves.
     samples, t = [], 0.0
     for i in range(1, 501):
         t += 0.2 if i <= 250 else 2.0
         samples.append((t, i / 500))
     est = EtaEstimator()
-    etas = {f: est.update(t, f) for t, f in samples}
-    assert etas[0.4] is not None and abs(0.4 * 500 * 0.2 + etas[0.4] - 100.0) < 1.0  # right, for the pace it saw
-    assert all(etas[i / 500] is None for i in range(260, 375))  # hidden while it moves
-    assert estimate_eta(samples[:300]) is None
+    seen = {}
+    for t, f in samples:
+        seen[f] = (est.update(t, f), est.settled)
+    assert seen[0.4][0] is not None and abs(0.4 * 500 * 0.2 + seen[0.4][0] - 100.0) < 1.0  # right, for the pace it saw
+    assert seen[0.4][1]
+    assert all(seen[i / 500][0] is not None and not seen[i / 500][1] for i in range(260, 360))
+    # Measured over the latter half of the progress since the warm-up, the pace follows the slower
+    # phase: by 90 % the estimate is settled and within 10 % of the time left (2 s a step).
+    eta, settled = seen[0.9]
+    assert settled and abs(eta - 50 * 2.0) <= 10.0, eta
+    assert estimate_eta(samples[:300]) is not None
     # A resumed attempt starts at its checkpoint's fraction: warm-up and pace are measured from there.
     resumed = _steady(prep_s=10.0, total_s=110.0, start=0.5)
     assert estimate_eta(resumed[:8]) is None
     t_mid, _ = resumed[150]
     eta = estimate_eta(resumed[:151])
     assert eta is not None and abs(t_mid + eta - resumed[-1][0]) < 5.0
+
+
+def _boundary_like(slow_from_s: float, slowdown: float) -> list[tuple[float, float]]:
+    """The samples a quick boundary map's worker records: 66 cells, the 10 MQAR cells (2.5 times the
+    token-steps of the others) handed out first, two at a time, progress reported per cell finished
+    (its metrics flushed at the old fraction, then its checkpoint at the new one); from
+    ``slow_from_s`` on a neighbour shares the cores and every cell takes ``slowdown`` times longer."""
+    import heapq
+
+    work = [32_000] * 10 + [12_800] * 56  # token-steps a cell (boundary.cell_size at the quick preset)
+    free = [(10.0, 0), (10.0, 1)]  # two cell processes, after the imports
+    ends = []
+    for w in work:
+        t, k = heapq.heappop(free)
+        ends.append(t + w / 300 * (slowdown if t >= slow_from_s else 1.0))
+        heapq.heappush(free, (ends[-1], k))
+    samples = [(0.2, 0.0)]
+    for i, end in enumerate(sorted(ends), 1):
+        t = max(end, samples[-1][0] + 0.01)  # cells that end together are taken in one after the other
+        samples += [(t, (i - 1) / len(ends)), (t + 0.01, i / len(ends))]
+    return samples
+
+
+def test_a_boundary_map_gets_an_eta_from_its_first_cells_to_its_last():
+    from jobs.worker import ETA_SPAN, ETA_WARMUP_FRACTION, EtaEstimator
+
+    # Coarse, uneven steps whose pace changes twice (short cells after long ones, then a neighbour):
+    # the projections over the last 5 % disagree for much of the run.  An ETA used to wait for them
+    # to agree: this map showed none before a third of its cells, and none again from half to 70 %.
+    samples = _boundary_like(slow_from_s=1000.0, slowdown=3.0)
+    est = EtaEstimator()
+    seen = []
+    for t, f in samples:
+        seen.append((t, f, est.update(t, f), est.settled))
+    assert all(eta is None for _, f, eta, _ in seen if f < ETA_WARMUP_FRACTION)  # the warm-up says nothing
+    _, f0 = est.origin
+    measured = [(t, f, eta, settled) for t, f, eta, settled in seen if f - f0 >= ETA_SPAN]
+    assert measured[0][1] < 0.2  # from the first tenth of the cells, and a few more
+    assert all(eta is not None for _, _, eta, _ in measured)  # then at every sample to the end
+    assert [f for _, f, _, _ in measured if 0.81 < f < 0.83]
+    finish = samples[-1][0]
+    slowed = [settled for t, _, _, settled in measured if 1100.0 < t < 1900.0]
+    assert slowed and not any(slowed)  # rough while the neighbour's slowdown moves the projected finish
+    # What the card shows after each cell: the estimate at the sample where its progress arrived
+    # (the one before, at the old fraction, is the metrics' flush, a moment earlier).
+    shown = [now for now, before in zip(measured[1:], measured) if now[1] > before[1]]
+    for t, f, eta, settled in shown:
+        if f >= 0.8:  # the slower pace measured: settled, and within 15 % of the time left and a cell
+            assert settled and abs(eta - (finish - t)) <= 0.15 * (finish - t) + 12_800 / 300 * 3.0, (t, f, eta)
+    assert measured[-1][2] == 0.0
 
 
 def test_a_job_row_names_kind_preset_settings_and_the_log_its_phases(home, runners):

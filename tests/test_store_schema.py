@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PATIENCE = 600
 ALL_TABLES = {"emalab_meta", "schema_migrations", "runs", "metrics", "ingest_state", "dilution_accuracy",
               "probe_accuracy", "lm_eval", "bench_figures", "boundary_accuracy", "boundary_dev_curve",
-              "boundary_recall_state", "lm_token_classes"}
-RELEASED = [(1, "m001_initial"), (2, "m002_boundary"), (3, "m003_boundary_curves"), (4, "m004_lm_token_classes")]
+              "boundary_recall_state", "lm_token_classes", "run_notes"}
+RELEASED = [(1, "m001_initial"), (2, "m002_boundary"), (3, "m003_boundary_curves"), (4, "m004_lm_token_classes"),
+            (5, "m005_run_notes")]
 NEXT = len(RELEASED) + 1  # the version a test's own migration takes
 
 
@@ -70,8 +71,8 @@ def test_reopening_is_idempotent(home):
 
 
 def _m_next():
-    return schema.Migration(NEXT, "m_next_test_notes", (
-        "CREATE TABLE run_notes (run_id VARCHAR PRIMARY KEY, note VARCHAR)",
+    return schema.Migration(NEXT, "m_next_test_bookmarks", (
+        "CREATE TABLE run_bookmarks (run_id VARCHAR PRIMARY KEY, note VARCHAR)",
         "ALTER TABLE runs ADD COLUMN tag VARCHAR",
     ))
 
@@ -82,7 +83,7 @@ def test_an_older_file_is_migrated_on_open(home, monkeypatch):
     monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m_next()))
     # A reader finds the file behind the code and upgrades it before reading.
     with open_store(readonly=True) as conn:
-        assert "run_notes" in tables(conn)
+        assert "run_bookmarks" in tables(conn)
         assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (NEXT,)
         assert conn.execute("SELECT run_id, tag FROM runs").fetchall() == [("r1", None)]
     assert check()["schema_version"] == NEXT
@@ -93,7 +94,25 @@ def test_migrate_store_reports_what_it_applied(home, monkeypatch):
                                "schema_version": len(RELEASED)}
     assert migrate_store()["applied"] == []
     monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, _m_next()))
-    assert migrate_store()["applied"] == ["m_next_test_notes"]
+    assert migrate_store()["applied"] == ["m_next_test_bookmarks"]
+
+
+def test_a_version_4_store_gains_run_notes_and_keeps_its_rows(home, monkeypatch):
+    from store.notes import run_notes, set_note
+
+    with monkeypatch.context() as release_4:
+        # The store as the release before notes wrote it.
+        release_4.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+        with open_store(readonly=False) as conn:
+            conn.execute("INSERT INTO runs (run_id, kind, status) VALUES ('r1', 'k', 'done')")
+            assert "run_notes" not in tables(conn)
+    with open_store(readonly=True) as conn:  # today's code upgrades it on open
+        assert conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall() == RELEASED
+        assert conn.execute("SELECT run_id, status FROM runs").fetchall() == [("r1", "done")]
+        assert conn.execute("SELECT count(*) FROM run_notes").fetchone() == (0,)
+    set_note("r1", "kept across the upgrade", "old")
+    assert run_notes()[["run_id", "note"]].values.tolist() == [["r1", "kept across the upgrade"]]
+    assert check()["ok"]
 
 
 def test_a_failing_migration_rolls_back_whole(home, monkeypatch):

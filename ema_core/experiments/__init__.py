@@ -21,12 +21,13 @@ from ema_core.config import config_error, nest, resolve_setting, setting_fields
 from ema_core.experiments import boundary, dilution_sweep, lm, lm_eval, structure
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 
-# A small explicit map: a kind not listed here is rejected when its config is built.
-REGISTRY: dict[str, Experiment] = {e.kind: e for e in (dilution_sweep.EXPERIMENT, structure.EXPERIMENT, lm.EXPERIMENT,
-                                                  boundary.EXPERIMENT, lm_eval.EXPERIMENT)}
+# A small explicit map, in the order pages and the CLI list the kinds (the paper's studies first,
+# extensions after): a kind not listed here is rejected when its config is built.
+REGISTRY: dict[str, Experiment] = {m.EXPERIMENT.kind: m.EXPERIMENT for m in (dilution_sweep, structure, lm, boundary,
+                                                                          lm_eval)}
 
 __all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "build_config",
-           "config_error", "get_experiment"]
+           "config_error", "get_experiment", "headline"]
 
 
 def get_experiment(kind: str) -> Experiment:
@@ -34,6 +35,14 @@ def get_experiment(kind: str) -> Experiment:
         return REGISTRY[kind]
     except (KeyError, TypeError):
         raise ValueError(f"unknown experiment kind {kind!r}; known kinds: {', '.join(sorted(REGISTRY))}") from None
+
+
+def headline(kind: str, summary: Any) -> str:
+    """A finished run's result in one line, from its summary: "" for a run with no summary (yet), or
+    of a kind this code no longer has."""
+    if not isinstance(summary, dict) or not summary or kind not in REGISTRY:
+        return ""
+    return REGISTRY[kind].headline(summary)
 
 
 def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any] | None = None,

@@ -641,6 +641,22 @@ def _checkpoint(cfg: BoundaryConfig, reporter: Reporter, done: dict[int, dict], 
                                          "done": sorted(done.items()), "elapsed": elapsed})
 
 
+def headline(summary: dict) -> str:
+    """A finished map in one line (its Jobs card, the run table): its cells, and the mixers with the
+    best and the worst accuracy averaged over every task and distance of the map."""
+    means = {}
+    for mixer, tasks in (summary.get("map") or {}).items():
+        accs = [a for by in (tasks or {}).values() for a in (by or {}).values() if isinstance(a, (int, float))]
+        if accs:
+            means[mixer] = sum(accs) / len(accs)
+    parts = [f"{summary['cells']} cells"] if isinstance(summary.get("cells"), int) else []
+    if means:
+        best, worst = max(means, key=means.get), min(means, key=means.get)
+        parts.append(f"mean accuracy: best {best} {means[best]:.3f}"
+                     + (f", worst {worst} {means[worst]:.3f}" if worst != best else ""))
+    return " · ".join(parts)
+
+
 EXPERIMENT = Experiment(
     kind=KIND,
     config_cls=BoundaryConfig,
@@ -652,4 +668,5 @@ EXPERIMENT = Experiment(
     # against state size (their MQAR vocabulary: BoundaryConfig._older_mqar_keys), and with four
     # softmax heads.
     older_behaviour={"model.conv": 0, "data.structure": "templates", "recall_widths": [], "model.heads": 4},
+    headline=headline,
 )

@@ -327,6 +327,20 @@ def _result(cfg: DilutionSweepConfig, reporter: Reporter, sets, rows: list[dict]
     return {"summary": summary, "tables": {"dilution_accuracy": rows}}
 
 
+def headline(summary: dict) -> str:
+    """A finished run in one line (its Jobs card, the run table): each feature set's measured horizon,
+    the last lag decoded above chance; older runs without horizons, the lag-0 accuracy."""
+    def per_set(prefix: str) -> dict[str, float]:
+        return {k[len(prefix):]: v for k, v in summary.items()
+                if k.startswith(prefix) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    if horizons := per_set("horizon/"):
+        return "horizon (lags): " + " · ".join(f"{name} {v:g}" for name, v in horizons.items())
+    if lag0 := per_set("acc_lag0/"):
+        return "lag-0 accuracy: " + " · ".join(f"{name} {v:.3f}" for name, v in lag0.items())
+    return ""
+
+
 EXPERIMENT = Experiment(
     kind=KIND,
     config_cls=DilutionSweepConfig,
@@ -336,4 +350,5 @@ EXPERIMENT = Experiment(
     # Runs made before configs were nested: the stream's and the training's settings were flat.
     older_paths={**{name: f"stream.{name}" for name in "vocab dim max_lag window n_train n_test".split()},
                  **{name: f"train.{name}" for name in "steps batch lr log_every checkpoint_every".split()}},
+    headline=headline,
 )

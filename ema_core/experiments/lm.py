@@ -233,6 +233,19 @@ def _under_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def headline(summary: dict) -> str:
+    """A finished run in one line (its Jobs card, the run table): the model and its final held-out
+    loss per token and bits per byte."""
+    model = "/".join(str(summary[k]) for k in ("model", "predictor", "attn_input") if summary.get(k))
+    loss, bpb = summary.get("val_loss"), summary.get("val_bpb")
+    parts = [model] if model else []
+    if isinstance(loss, (int, float)):
+        parts.append(f"val loss {loss:.3f} nats/token")
+    if isinstance(bpb, (int, float)):
+        parts.append(f"{bpb:.3f} bits/byte")
+    return " · ".join(parts)
+
+
 EXPERIMENT = Experiment(
     kind=KIND,
     config_cls=LMConfig,
@@ -247,4 +260,5 @@ EXPERIMENT = Experiment(
                                                       "grad_clip eval_every eval_tokens final_eval_tokens log_every "
                                                       "checkpoint_every".split()}},
     older_behaviour={"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
+    headline=headline,
 )

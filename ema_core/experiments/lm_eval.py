@@ -334,6 +334,19 @@ def _overlap(evaluated: tuple[str, ...], train_docs: tuple[str, ...] | None) -> 
     return math.fsum(len(d) for d in evaluated if d in seen) / total
 
 
+def headline(summary: dict) -> str:
+    """A finished evaluation in one line (its Jobs card, the run table): the model, the text it read
+    and its loss there, beside the run's own held-out loss."""
+    model = "/".join(str(summary[k]) for k in ("model", "predictor", "attn_input") if summary.get(k))
+    where = "/".join(str(summary[k]) for k in ("corpus", "split") if summary.get(k))
+    loss, own = summary.get("val_loss"), summary.get("source_val_loss")
+    parts = [" on ".join(p for p in (model, where) if p)] if model or where else []
+    if isinstance(loss, (int, float)):
+        parts.append(f"loss {loss:.3f} nats/token" + (f" (own held-out text {own:.3f})"
+                                                      if isinstance(own, (int, float)) else ""))
+    return " · ".join(parts)
+
+
 EXPERIMENT = Experiment(
     kind=KIND,
     config_cls=LMEvalConfig,
@@ -343,4 +356,5 @@ EXPERIMENT = Experiment(
     identity=("run", "data.corpus", "split"),
     # A second look at runs of the content study, launched for runs that exist: not part of a reproduction.
     one_click=False,
+    headline=headline,
 )

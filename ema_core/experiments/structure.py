@@ -440,6 +440,21 @@ def tune(cfg: StructureConfig, should_stop=None) -> dict:
             "probe_penalty": penalties, "probe_dev_accuracy": by_penalty, "tuned_on": "dev"}
 
 
+def headline(summary: dict) -> str:
+    """A finished run in one line (its Jobs card, the run table): the overall probe accuracy on SPCN's
+    traces and the BiGRU's, within the grammar and on novel vocabulary (the paper's headline pair)."""
+    spcn = summary.get("spcn_feature") or SPCN_HEADLINE
+    parts = []
+    for name, feature in ((f"SPCN {spcn}", spcn), ("BiGRU", "bigru")):
+        scores = [(where, (summary.get(group) or {}).get(feature))
+                  for where, group in (("within", "within"), ("novel", "transfer"))
+                  if isinstance(summary.get(group), dict)]
+        shown = [f"{v:.3f} {where}" for where, v in scores if isinstance(v, (int, float))]
+        if shown:
+            parts.append(f"{name} {', '.join(shown)}")
+    return " · ".join(parts)
+
+
 EXPERIMENT = Experiment(
     kind=KIND,
     config_cls=StructureConfig,
@@ -453,4 +468,5 @@ EXPERIMENT = Experiment(
                  "hebbian_lr": "spcn.lr", "hebbian_batch": "spcn.batch",
                  **{f"bigru_{name}": f"bigru.{name}"
                     for name in "embed hidden max_epochs patience unk_dropout".split()}},
+    headline=headline,
 )
