@@ -21,7 +21,7 @@ from ema_core.dilution import (
     measure_footprint,
     measure_identity,
 )
-from ema_core.figures.dilution import horizon_frame, identity_chart, lag_weight_chart, sir_chart
+from ema_core.figures.dilution import horizon_frame, identity_chart, lag_weight_chart, rate_roles, sir_chart
 from pages._router import ensure_router
 from pages._ui import chart_with_downloads, table_downloads
 
@@ -187,11 +187,13 @@ if swapped:
 
 st.subheader("Analytic")
 analytic = analytic_frame(cfg.alphas, cfg.max_lag)
+# Each trace coloured by its slider (fast, medium, slow), not by its α: moving a slider keeps the colour.
+roles = rate_roles(slider_alphas, [name for name, _ in RATES])
 left, right = st.columns(2)
 with left:
-    chart_with_downloads(lag_weight_chart(analytic), "lag_weights", key="weights")
+    chart_with_downloads(lag_weight_chart(analytic, roles), "lag_weights", key="weights")
 with right:
-    chart_with_downloads(sir_chart(analytic), "sir", key="sir")
+    chart_with_downloads(sir_chart(analytic, roles), "sir", key="sir")
 
 st.subheader("Measured")
 footprint = measure_footprint(cfg)
@@ -216,7 +218,8 @@ stored_text = f"stored as {cfg.precision}" + (f" with noise σ = {cfg.noise:g}" 
 chart_col, table_col = st.columns([3, 2])
 with chart_col:
     chart_with_downloads(identity_chart(result.accuracy, result.chance, cfg.decoder,
-                                        horizon_frame(result.limits, cfg.max_lag)), "identity_accuracy", key="identity")
+                                        horizon_frame(result.limits, cfg.max_lag), roles),
+                         "identity_accuracy", key="identity")
 with table_col:
     st.dataframe(
         table,

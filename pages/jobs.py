@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pandas as pd
 import streamlit as st
 
+from ema_core import palette
 from ema_core.config import flatten, setting_fields
 from ema_core.experiments import REGISTRY, build_config, headline
 from ema_core.experiments.units import with_unit
@@ -26,12 +27,9 @@ ACTIVE = ("queued", "running")
 # Job cards drawn at first: a data folder holds thousands of runs, and a card per run would make the
 # page take seconds to draw, every second.  Active jobs are always shown.
 SHOWN = 20
-# The colour of each state, in Streamlit's named colours (a card's badge and bar, the table's state).
-# Page furniture rather than data, so not in ema_core/palette.py, which colours what charts show.
-STATE_COLORS = {"done": "green", "running": "blue", "queued": "gray", "failed": "red", "crashed": "red",
-                "damaged": "red", "cancelled": "orange"}
-# The hues Streamlit gives those names, for what takes a CSS colour (st.progress takes no colour).
-_HEX = {"green": "#21c354", "blue": "#1c83e1", "gray": "#a3a8b8", "red": "#ff4b4b", "orange": "#ffa421"}
+# The colour of each state (a card's badge and bar, the table's state), in Streamlit's named colours, and
+# their hues for what takes a CSS colour (st.progress takes no colour): the palette's, like every colour.
+STATE_COLORS, _HEX = palette.JOB_STATE_COLORS, palette.STREAMLIT_HEX
 
 st.title("Jobs")
 st.markdown(

@@ -271,3 +271,50 @@ def test_a_real_runs_recall_rows_and_dev_curves_chart(tables):
     # the mean over seeds of every rate's dev accuracy at each step
     assert data.set_index("step")["dev"].to_dict() == pytest.approx(one.groupby("step")["dev_accuracy"].mean().to_dict())
     assert (data["n"] == 3).all()
+
+
+def _full_grid() -> pd.DataFrame:
+    """Rows shaped like the full preset's: every mixer, six distances per agreement and lag task, eleven
+    MQAR sizes (known numbers, a test input)."""
+    out = []
+    for i, m in enumerate(MIXER_NAMES):
+        for task in TASK_LABELS:
+            levels = range(1, 12) if task == "mqar" else (1, 2, 4, 8, 16, 32)
+            for level in levels:
+                difficulty = f"pairs={level},T=64" if task == "mqar" else f"k={level}"
+                out += [dict(mixer=m, task=task, difficulty=difficulty, level=level, seq_len=64, seed=s,
+                             accuracy=0.4 + 0.07 * i, chance=0.25, exclusion_floor=0.3, state_floats=64 * (i + 1))
+                        for s in (0, 1)]
+    return pd.DataFrame(out)
+
+
+def test_a_full_maps_charts_fit_a_page_and_their_legends_name_every_mixer():
+    # A facet is not narrowed to its column: the map and the MQAR panels size themselves to PAGE_WIDTH
+    # (smaller cells, wrapped tasks and panels); every label whole, every mixer in the legends.
+    import re
+
+    from ema_core.figures import PAGE_WIDTH
+
+    grid = _full_grid()
+    for chart in (heat_map(grid), mqar_chart(grid), crossing_chart(grid)):
+        svg = chart_to_svg(chart)
+        assert float(re.search(r'<svg[^>]* width="([\d.]+)"', svg).group(1)) <= PAGE_WIDTH
+        assert "…" not in svg
+    spec = _spec(heat_map(grid))
+    assert spec["columns"] < len(TASK_LABELS) and "facet" in spec  # wrapped, not one long row
+    assert spec["spec"]["width"]["step"] >= 24  # "0.97" still fits a cell
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", chart_to_svg(crossing_chart(grid)))
+    assert set(MIXER_NAMES) <= set(texts)
+
+
+def test_the_crossing_sets_mixers_apart_along_k_and_keeps_the_true_k():
+    grid = _full_grid()
+    spec = _spec(crossing_chart(grid))
+    line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line" and "color" in layer["encoding"])
+    assert line["encoding"]["x"]["field"] == "k_drawn"
+    data = _data(spec).dropna(subset=["mixer"])
+    at8 = data[data["level"] == 8].drop_duplicates("mixer").set_index("mixer")["k_drawn"]
+    # one position per mixer around k = 8, in the hierarchy's order, none further than a fifth of an octave
+    assert list(at8.sort_values().index) == [m for m in MIXER_NAMES if m in at8.index]
+    assert at8.nunique() == len(at8) and ((at8 / 8).map(math.log2).abs() <= 0.2).all()
+    assert any(t.get("field") == "level" for t in line["encoding"]["tooltip"])  # the tooltip says the true k

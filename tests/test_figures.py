@@ -15,8 +15,8 @@ import pytest
 from ema_core import palette
 from ema_core.dilution_config import DilutionConfig
 from ema_core.dilution import ALL_RATES, analytic_frame, measure_identity, rate_label
-from ema_core.figures import SUBTITLE_SIZE, TITLE_SIZE, WIDTH, chart_to_png, chart_to_svg, text_width
-from ema_core.figures.content import CURVE_WIDTH, lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
+from ema_core.figures import SUBTITLE_SIZE, TITLE_SIZE, TITLE_WIDTH, chart_to_png, chart_to_svg, text_width
+from ema_core.figures.content import lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
 from ema_core.figures.dilution import SIR_CLIP_DB, identity_chart, lag_weight_chart, sir_chart
 from ema_core.figures.structure import (ROLE_TITLE_WIDTH, probe_control_chart, probe_control_frame, role_accuracy_chart,
                                         role_accuracy_frame)
@@ -167,6 +167,19 @@ def test_structure_charts_take_the_palette(tmp_path):
                     "control: word × position": palette.CONDITION_COLORS["control_pos"]}
 
 
+def test_the_role_chart_fits_a_page_and_its_legend_names_every_probe(tmp_path):
+    # The role chart is faceted, so a page cannot narrow it: its bars thin out until every split fits.
+    from ema_core.figures import PAGE_WIDTH
+
+    home = tmp_path / "home"
+    stats = probe_accuracy_stats(make_structure_runs(home, (0, 1)), home=home)
+    for split in ("test", "novel", "deep"):
+        svg = chart_to_svg(role_accuracy_chart(role_accuracy_frame(stats, split), split))
+        assert float(re.search(r'<svg[^>]* width="([\d.]+)"', svg).group(1)) <= PAGE_WIDTH, split
+        texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+        assert "…" not in svg and {"SPCN instantaneous", "SPCN traces", "n-gram window", "BiGRU"} <= set(texts)
+
+
 def test_step_axes_are_whole_numbers_with_separators(lm_store, monkeypatch):
     home, runs = lm_store
     monkeypatch.setenv("EMALAB_HOME", str(home))
@@ -212,14 +225,16 @@ def test_titles_fit_their_charts_and_nothing_is_cut(analytic, accuracy, lm_store
     structure = make_structure_runs(tmp_path / "s", (0, 1))
     stats = probe_accuracy_stats(structure, home=tmp_path / "s")
     deep = role_accuracy_frame(stats, "deep")
+    # A single view is wrapped for the narrowest column a page draws it in (TITLE_WIDTH of plot).
     charts = [
-        (lag_weight_chart(analytic), WIDTH), (sir_chart(analytic), WIDTH), (identity_chart(accuracy, 1 / 64), WIDTH),
-        (probe_control_chart(probe_control_frame(probe_control(structure, home=tmp_path / "s"))), WIDTH),
+        (lag_weight_chart(analytic), TITLE_WIDTH), (sir_chart(analytic), TITLE_WIDTH),
+        (identity_chart(accuracy, 1 / 64), TITLE_WIDTH),
+        (probe_control_chart(probe_control_frame(probe_control(structure, home=tmp_path / "s"))), TITLE_WIDTH),
         # One role only: the facets are narrower than any title.
         (role_accuracy_chart(deep[deep["role"] == "overall"], "deep embedding"), ROLE_TITLE_WIDTH),
         (lm_curve_chart(frame, log_x=True, log_y=True, subtitle="mean across seeds; faint: each seed; "
-                        "smoothed: EMA 0.6; and a note long enough to need a second line of its own"), CURVE_WIDTH),
-        (lm_ablation_chart(lm_ablation_frame(lm_final_stats(runs)), 4.0), WIDTH),
+                        "smoothed: EMA 0.6; and a note long enough to need a second line of its own"), TITLE_WIDTH),
+        (lm_ablation_chart(lm_ablation_frame(lm_final_stats(runs)), 4.0), TITLE_WIDTH),
     ]
     for chart, width in charts:
         title = _spec(chart)["title"]
@@ -230,7 +245,7 @@ def test_titles_fit_their_charts_and_nothing_is_cut(analytic, accuracy, lm_store
         svg = chart_to_svg(chart)
         assert "…" not in svg  # Vega's mark of a label cut at its limit
     long = charts[5][0]
-    assert len(_lines(_spec(long)["title"]["subtitle"])) == 2
+    assert len(_lines(_spec(long)["title"]["subtitle"])) == 3  # whole clauses per line where they fit
 
 
 def test_weight_chart_is_log_and_drops_zero_weights(analytic):

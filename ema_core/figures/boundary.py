@@ -19,7 +19,8 @@ import pandas as pd
 from ema_core import palette
 from ema_core.boundary_findings import (FLOOR_MIXER, RECALL_LEVEL, above_floor, baseline, level_of, normalised,
                                        recall_frontier)
-from ema_core.figures import ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale
+from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH, WIDTH,
+                              chart_title, color_scale, facet_grid, legend, with_layout)
 from ema_core.mixers import MIXER_NAMES
 
 # Task -> label, in the order the map shows them; a task not listed keeps its own name, after these.
@@ -28,10 +29,17 @@ TASK_LABELS = {"agree_structure": "agreement: structure", "agree_content": "agre
 # The two variants of the agreement task the crossing chart sets against each other, and their dashes:
 # the same sequences, the same positions scored; only what must be remembered differs.
 CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content": ("content (identity)", [6, 4])}
-# px per cell of the map: "0.97" fits, a task of two distances is as wide as its two-line heading
-# ("agreement:" over "structure"), and a map of the full preset (23 columns) fits a page.
-CELL = 38
-MQAR_COLUMNS = 4  # MQAR sizes per row of facets (the full preset has 11)
+# px per cell of the map, at most: "0.97" fits, a task of two distances is as wide as its two-line
+# heading ("agreement:" over "structure").  A map of many columns takes smaller cells, down to
+# CELL_MIN ("0.97" still fits), and past that wraps its tasks onto more rows, so that it fits
+# PAGE_WIDTH (a facet is not narrowed to its column): the full preset's 23 columns take two rows.
+CELL, CELL_MIN = 38, 24
+_MAP_AXIS, _MAP_GAP = 135, 20  # the mixers' names beside the first facet; the gap between facets
+MQAR_COLUMNS = 4  # MQAR sizes per row of facets at most (the full preset has 11)
+# The crossing chart sets mixers slightly apart along k (a fraction of an octave each, in the
+# hierarchy's order), so that two mixers with the same accuracy (ema3_seq and softmax, both perfect)
+# both show; the tooltip keeps the true k.
+DODGE_OCTAVES = 0.05
 GROUP = ["mixer", "task", "difficulty", "level", "seq_len"]
 DEFINED = "isValid(datum.above) && isFinite(datum.above)"  # a cell's accuracy above its base exists
 
@@ -124,8 +132,26 @@ def difficulty_order(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(keyed["difficulty"]))
 
 
-def _mixer_color(mixers: list[str]) -> alt.Color:
-    return alt.Color("mixer:N", scale=color_scale(mixers, palette.mixer_color), sort=mixers, title="mixer")
+def _mixer_color(mixers: list[str], width: float | None = None) -> alt.Color:
+    """Colour by mixer; the legend below the plot, every mixer shown (in columns that fit ``width``)."""
+    kwargs = {} if width is None else {"width": width}
+    return alt.Color("mixer:N", scale=color_scale(mixers, palette.mixer_color), sort=mixers, title="mixer",
+                     legend=legend(mixers, **kwargs))
+
+
+def map_layout(columns_per_task: list[int]) -> tuple[int, int]:
+    """(px per cell, tasks per row) of a map whose tasks have ``columns_per_task`` difficulties: the
+    largest cell up to CELL at which every row fits PAGE_WIDTH, on as few rows as CELL_MIN allows.  With
+    the tasks wrapped, each column of the grid is as wide as its widest task."""
+    n = max(len(columns_per_task), 1)
+    for per_row in range(n, 0, -1):
+        rows = [columns_per_task[i:i + per_row] for i in range(0, len(columns_per_task), per_row)] or [[1]]
+        widest = [max(r[j] for r in rows if j < len(r)) for j in range(per_row)]
+        room = PAGE_WIDTH - _MAP_AXIS - _MAP_GAP * (per_row - 1)
+        cell = min(CELL, room // max(sum(widest), 1))
+        if cell >= CELL_MIN or per_row == 1:
+            return int(max(cell, 1)), per_row
+    return CELL_MIN, 1
 
 
 def _seeds_note(frame: pd.DataFrame, bars: bool = True) -> str:
@@ -156,10 +182,12 @@ def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
         floor_text=["" if not math.isfinite(f) else f"f {f:.2f}" for f in floor.astype(float)],
         above=frame["above"].astype(float),
     )
+    per_task = [int(frame.loc[frame["task"] == t, "difficulty"].nunique()) for t in tasks]
+    cell, per_row = map_layout(per_task)
     base = alt.Chart().encode(
         x=alt.X("difficulty:N", sort=difficulty_order(frame), title=None,
                 axis=alt.Axis(labelAngle=-45, labelLimit=120)),
-        y=alt.Y("mixer:N", sort=mixers, title=None, axis=alt.Axis(labelLimit=160)),
+        y=alt.Y("mixer:N", sort=mixers, title=None, axis=alt.Axis(labelLimit=0)),
     )
     tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("task_label:N", title="task"), alt.Tooltip("difficulty:N"),
                alt.Tooltip("mean:Q", format=".3f", title="accuracy"),
@@ -168,34 +196,40 @@ def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
                alt.Tooltip("floor:Q", format=".3f", title="exclusion floor"),
                alt.Tooltip("above:Q", format=".3f", title="above max(chance, floor)"),
                alt.Tooltip("n:Q", title="seeds")]
-    cells = base.transform_filter(DEFINED).mark_rect(stroke="white", strokeWidth=1).encode(
-        color=alt.Color("above:Q", title=["accuracy above", "max(chance, floor)"],
+    # The colour legend below the map, a horizontal gradient: beside it, it would widen the map.
+    cells = base.transform_filter(DEFINED).mark_rect(stroke=palette.TEXT_ON_DARK, strokeWidth=1).encode(
+        color=alt.Color("above:Q", title="accuracy above max(chance, floor)",
                         scale=alt.Scale(domain=[-1, 0, 1], range=list(palette.ABOVE_CHANCE_COLORS), clamp=True),
-                        legend=alt.Legend(format=".1f", orient="right", gradientLength=HEIGHT // 2)),
+                        legend=alt.Legend(format=".1f", orient="bottom", direction="horizontal", gradientLength=200,
+                                          titleLimit=0, labelFontSize=LEGEND_SIZE, titleFontSize=LEGEND_SIZE)),
         tooltip=tooltip,
     )
     # A cell whose above-chance value is undefined (a chance of 1 leaves nothing to learn) keeps its
     # place and its accuracy, in the reference grey: no colour of the scale would be true of it.
     undefined = base.transform_filter(f"!({DEFINED})").mark_rect(
-        stroke="white", strokeWidth=1, color=palette.REFERENCE_COLOR).encode(tooltip=tooltip)
-    # Dark cells take white text; the threshold is where the blue end of the scale gets dark.
-    on_dark = alt.condition("datum.above > 0.55", alt.value("white"), alt.value("#222222"))
+        stroke=palette.TEXT_ON_DARK, strokeWidth=1, color=palette.REFERENCE_COLOR).encode(tooltip=tooltip)
+    # Dark cells take light text; the threshold is where the upper end of the scale gets dark.
+    on_dark = alt.condition(f"datum.above > {palette.ABOVE_CHANCE_DARK}", alt.value(palette.TEXT_ON_DARK),
+                            alt.value(palette.TEXT_COLOR))
     text = base.mark_text(fontSize=10, dy=-5).encode(text="text:N", color=on_dark)
     # The floor under the accuracy, smaller: what the colour is measured from.
     floor_text = base.mark_text(fontSize=7, dy=7).encode(text="floor_text:N", color=on_dark)
-    width = len(difficulty_order(frame)) * CELL + 30 * max(len(tasks) - 1, 0)
-    return (
-        alt.layer(cells, undefined, text, floor_text, data=data)  # data on the layer: a facet needs it there
-        .properties(width=alt.Step(CELL), height=alt.Step(CELL - 8))
-        # A heading word by word: a task of few difficulties is narrower than its label on one line.
-        .facet(column=alt.Column("task_label:N", sort=labels, title=None,
-                                 header=alt.Header(labelFontSize=12, labelFontWeight="bold",
-                                                   labelExpr="split(datum.value, ' ')")))
-        .resolve_scale(x="independent")
+    # A heading word by word: a task of few difficulties is narrower than its label on one line.
+    header = alt.Header(labelFontSize=12, labelFontWeight="bold", labelExpr="split(datum.value, ' ')")
+    layer = (alt.layer(cells, undefined, text, floor_text, data=data)  # data on the layer: a facet needs it there
+             .properties(width=alt.Step(cell), height=alt.Step(max(cell - 8, 22))))
+    if per_row >= len(tasks):  # every task side by side
+        chart = layer.facet(column=alt.Column("task_label:N", sort=labels, title=None, header=header),
+                            spacing=_MAP_GAP)
+    else:  # too many columns for one row even at CELL_MIN: the tasks wrap
+        chart = layer.facet(facet=alt.Facet("task_label:N", sort=labels, title=None, header=header),
+                            columns=per_row, spacing=_MAP_GAP)
+    return with_layout(
+        chart.resolve_scale(x="independent")
         .properties(title=chart_title(
             "The boundary map: where each mixer keeps what",
             f"colour: accuracy above b = max(chance, exclusion floor), (acc − b) / (1 − b); text: test accuracy; "
-            f"f: the exclusion floor; {_seeds_note(frame, bars=False)}", max(WIDTH, width)))
+            f"f: the exclusion floor; {_seeds_note(frame, bars=False)}", PAGE_WIDTH - _MAP_AXIS))
     )
 
 
@@ -220,16 +254,22 @@ def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
     variants = [label for task, (label, _) in CROSSING.items() if task in set(df["task"])]
     dashes = [dash for task, (label, dash) in CROSSING.items() if label in variants]
     ks = sorted(set(int(k) for k in df["level"]))
-    data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1))
+    # Each mixer a little apart along k (in the hierarchy's order, centred on k): equal accuracies
+    # (two perfect mixers) would otherwise draw one line over the other.
+    offset = {m: DODGE_OCTAVES * (i - (len(mixers) - 1) / 2) for i, m in enumerate(mixers)}
+    spread = DODGE_OCTAVES * (len(mixers) - 1) / 2
+    data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
+                     k_drawn=[k * 2.0 ** offset[m] for k, m in zip(df["level"], df["mixer"])])
     # A single distance would make a log domain of zero width: Vega then picks its own.
-    scale = (alt.Scale(type="log", base=2, domain=[min(ks), max(ks)], nice=False) if len(ks) > 1
-             else alt.Scale(type="log", base=2))
-    x = alt.X("level:Q", title="distance k (tokens back, log scale)", scale=scale,
-              axis=alt.Axis(values=ks, format=COUNT_FORMAT))
+    scale = (alt.Scale(type="log", base=2, domain=[min(ks) * 2.0 ** -spread, max(ks) * 2.0 ** spread], nice=False)
+             if len(ks) > 1 else alt.Scale(type="log", base=2))
+    x_title, x_axis = "distance k (tokens back, log scale)", alt.Axis(values=ks, format=COUNT_FORMAT)
+    x = alt.X("level:Q", title=x_title, scale=scale, axis=x_axis)
+    x_drawn = alt.X("k_drawn:Q", title=x_title, scale=scale, axis=x_axis)
     y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (test)")
     dash = alt.StrokeDash("variant:N", sort=variants, title="task",
                           scale=alt.Scale(domain=variants, range=dashes),
-                          legend=alt.Legend(symbolType="stroke", symbolSize=400, symbolStrokeWidth=2))
+                          legend=legend(variants, symbolType="stroke", symbolSize=400, symbolStrokeWidth=2))
     color = _mixer_color(mixers)
     tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("variant:N", title="task"), alt.Tooltip("level:Q", title="k"),
                alt.Tooltip("mean:Q", format=".3f", title="accuracy"),
@@ -246,32 +286,33 @@ def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
     for part, width in ((data[data["mixer"] != FLOOR_MIXER], 2.0), (data[data["mixer"] == FLOOR_MIXER], 3.5)):
         if not len(part):
             continue
-        base = alt.Chart(part).encode(x=x, color=color)
+        base = alt.Chart(part).encode(x=x_drawn, color=color)
         layers += [
             base.mark_line(point=alt.OverlayMarkDef(size=40, filled=True), strokeWidth=width)
             .encode(y=y, strokeDash=dash, detail="variant:N", tooltip=tooltip),
             base.transform_filter(HAS_STD).mark_rule(strokeWidth=1.2, opacity=0.7).encode(y="lo:Q", y2="hi:Q"),
         ]
-    return alt.layer(*layers).properties(
+    return with_layout(alt.layer(*layers).properties(
         width=WIDTH, height=HEIGHT,
         title=chart_title("Structure against content, distance by distance",
                           f"solid: the category k tokens back; dashed: a map of its identity; grey: chance; "
-                          f"thick: the window, the floor; {_seeds_note(df)}"),
-    )
+                          f"thick: the window, the floor; mixers set a little apart along k; {_seeds_note(df)}"),
+    ))
 
 
 # -- MQAR ----------------------------------------------------------------------------------------------
 
-def _recall_axes(data: pd.DataFrame) -> tuple[alt.X, alt.Y]:
+def _recall_axes(data: pd.DataFrame, width: float = WIDTH) -> tuple[alt.X, alt.Y]:
     """Recall against state: floats per sequence on a log axis fitted to the data's states, test accuracy
     from 0 to 1 (the map's MQAR chart and the recall-against-state chart share them)."""
     floats = data["state_floats"][data["state_floats"] > 0]
     lo, hi = (float(floats.min()), float(floats.max())) if len(floats) else (1.0, 10.0)
     # A quarter of a decade of margin each side: a point on the edge of a log axis is drawn half outside.
     domain = [10 ** (math.log10(lo) - 0.25), 10 ** (math.log10(hi) + 0.25)]
-    x = alt.X("state_floats:Q", title="state (floats per sequence, log scale)",
+    # The title no wider than a facet: side by side, two facets' titles would run into each other.
+    x = alt.X("state_floats:Q", title="state (floats/sequence, log)",
               scale=alt.Scale(type="log", domain=domain, nice=False),
-              axis=alt.Axis(values=_log_ticks(*domain), format="~s"))
+              axis=alt.Axis(values=_log_ticks(*domain), format="~s", titleLimit=width))
     y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="recall (test accuracy)")
     return x, y
 
@@ -285,8 +326,9 @@ def mqar_chart(frame: pd.DataFrame) -> alt.FacetChart:
     sizes = difficulty_order(df) if len(df) else []
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
                      state_floats=df["state_floats"].astype(float))
-    x, y = _recall_axes(data)
-    base = alt.Chart().encode(x=x, color=_mixer_color(mixers))
+    columns, facet_width = facet_grid(len(sizes), max_columns=MQAR_COLUMNS, min_width=160, max_width=240)
+    x, y = _recall_axes(data, facet_width)
+    base = alt.Chart().encode(x=x, color=_mixer_color(mixers, PAGE_WIDTH))
     points = base.mark_point(filled=True, size=70, opacity=0.9).encode(
         y=y, shape=alt.value("circle"),
         tooltip=[alt.Tooltip("mixer:N"), alt.Tooltip("difficulty:N", title="MQAR size"),
@@ -297,17 +339,15 @@ def mqar_chart(frame: pd.DataFrame) -> alt.FacetChart:
     errors = base.transform_filter(HAS_STD).mark_rule(strokeWidth=1.2).encode(y="lo:Q", y2="hi:Q")
     chance = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1.5, strokeDash=[6, 4]).encode(
         y="mean(chance):Q", tooltip=[alt.Tooltip("mean(chance):Q", format=".3f", title="chance")])
-    facet_width, facet_height = 190, 170
-    columns = max(1, min(MQAR_COLUMNS, len(sizes)))
-    return (
+    return with_layout(
         alt.layer(chance, errors, points, data=data)
-        .properties(width=facet_width, height=facet_height)
+        .properties(width=facet_width, height=170)
         .facet(facet=alt.Facet("difficulty:N", sort=sizes, title=None,
                                header=alt.Header(labelFontSize=12, labelFontWeight="bold")), columns=columns)
         .properties(title=chart_title(
             "MQAR recall against state size",
             f"one point per mixer; grey dashes: chance; {_seeds_note(df)}",
-            max(WIDTH * 0.8, columns * (facet_width + 20))))
+            max(facet_width, columns * (facet_width + 20) - 20)))
     )
 
 
@@ -349,8 +389,9 @@ def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
     sizes = sorted(set(df["difficulty"]), key=lambda d: (level_of(None, d), d))
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
                      state_floats=df["state_floats"].astype(float), level=RECALL_LEVEL)
-    x, y = _recall_axes(data)
-    base = alt.Chart().encode(x=x, color=_mixer_color(mixers))
+    columns, facet_width = facet_grid(len(sizes), max_columns=MQAR_COLUMNS - 1, min_width=180, max_width=260)
+    x, y = _recall_axes(data, facet_width)
+    base = alt.Chart().encode(x=x, color=_mixer_color(mixers, PAGE_WIDTH))
     tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("difficulty:N", title="MQAR size"), alt.Tooltip("d:Q", title="width"),
                alt.Tooltip("state_floats:Q", format=",.0f", title="state floats"),
                alt.Tooltip("mean:Q", format=".3f", title="recall"), alt.Tooltip("std:Q", format=".3f", title="std (seeds)"),
@@ -365,18 +406,16 @@ def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
         y="mean(level):Q", tooltip=[alt.Tooltip("mean(level):Q", title="recall bar")])
     chance = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1.5, strokeDash=[6, 4]).encode(
         y="mean(chance):Q", tooltip=[alt.Tooltip("mean(chance):Q", format=".3f", title="chance")])
-    facet_width, facet_height = 260, 200
-    columns = max(1, min(MQAR_COLUMNS - 1, len(sizes)))
-    return (
+    return with_layout(
         alt.layer(chance, bar, errors, lines, marks, data=data)
-        .properties(width=facet_width, height=facet_height)
+        .properties(width=facet_width, height=200)
         .facet(facet=alt.Facet("difficulty:N", sort=sizes, title=None,
                                header=alt.Header(labelFontSize=12, labelFontWeight="bold")), columns=columns)
         .properties(title=chart_title(
             "MQAR recall against state size, at several widths",
             f"one line per mixer across its widths; ringed: the smallest state reaching {RECALL_LEVEL:g} "
             f"(grey rule); grey dashes: chance; {_seeds_note(df)}",
-            max(WIDTH, columns * (facet_width + 20))))
+            max(facet_width, columns * (facet_width + 20) - 20)))
     )
 
 
@@ -393,9 +432,12 @@ def dev_curve_chart(rows: pd.DataFrame, title: str = "") -> alt.LayerChart:
     rates = sorted(set(df["lr"]))
     df["rate"] = [f"{v:g}" for v in df["lr"]]
     labels = [f"{v:g}" for v in rates]
-    # Ordered, smallest rate darkest: the rates are a log-spaced grid, not categories.
-    color = alt.Color("rate:O", sort=labels, title="learning rate", scale=alt.Scale(domain=labels, scheme="viridis"))
-    return alt.Chart(df).mark_line(point=alt.OverlayMarkDef(size=30, filled=True), strokeWidth=2).encode(
+    # Ordered, smallest rate darkest: the rates are a log-spaced grid, not categories.  Each rate's colour
+    # is its value's (the palette's ramp), whichever other rates a cell tried.
+    color = alt.Color("rate:O", sort=labels, title="learning rate",
+                      scale=alt.Scale(domain=labels, range=[palette.learning_rate_color(v) for v in rates]),
+                      legend=legend(labels, symbolType="stroke", symbolStrokeWidth=3))
+    return with_layout(alt.Chart(df).mark_line(point=alt.OverlayMarkDef(size=30, filled=True), strokeWidth=2).encode(
         x=alt.X("step:Q", title="training step", axis=alt.Axis(format=COUNT_FORMAT)),
         y=alt.Y("dev:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="dev accuracy"),
         color=color,
@@ -403,7 +445,7 @@ def dev_curve_chart(rows: pd.DataFrame, title: str = "") -> alt.LayerChart:
                  alt.Tooltip("dev:Q", format=".3f", title="dev accuracy"), alt.Tooltip("n:Q", title="seeds")],
     ).properties(width=WIDTH, height=HEIGHT * 2 // 3,
                  title=chart_title(title or "Dev accuracy per learning rate", "mean over seeds; every rate from the "
-                                   "same weights and minibatches"))
+                                   "same weights and minibatches")))
 
 
 def _log_ticks(lo: float, hi: float) -> list[float]:

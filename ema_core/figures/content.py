@@ -16,10 +16,11 @@ from ema_core import palette
 from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GROWTH_MODEL, PAPER_PARAMS, PLATEAU,
                                       PREDICTOR_LABELS, GapGrowth, GapSplit, VariantClassDelta, class_label,
                                       lm_variant_label, tokens_text)
-from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors,
-                              reference_rule, value_format)
+from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors, legend,
+                              reference_rule, value_format, with_layout)
 
 CURVE_WIDTH = WIDTH + 180  # the curves take a page's whole width
+WORD_LINES = "split(datum.label, ' ')"  # an axis label one word per line
 # Curve smoothing: the weight w of s_t = w·s_{t−1} + (1 − w)·v_t (0: none).
 SMOOTHING = {"none": 0.0, "EMA 0.6": 0.6, "EMA 0.9": 0.9}
 
@@ -98,9 +99,9 @@ def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False,
                   scale=alt.Scale(type="log", nice=False) if log_y else alt.Scale(zero=False))
     color = alt.Color("variant:N", scale=scale, sort=scale.domain, title="variant",
                       # Stroke symbols at full opacity: the faint seed lines would otherwise set them.
-                      # No label limit: "GPT (sized to SPEN softmax attention (sequence))" in full.
-                      legend=alt.Legend(orient="right", labelLimit=0, symbolType="stroke", symbolStrokeWidth=3,
-                                        symbolOpacity=1))
+                      # Every label in full ("GPT (sized to SPEN softmax attention (sequence))"), below
+                      # the plot: the same chart is drawn in half a column too.
+                      legend=legend(scale.domain, symbolType="stroke", symbolStrokeWidth=3, symbolOpacity=1))
     base = alt.Chart().encode(x=x_enc, y=y_enc, color=color)
     mean = base.transform_filter("datum.line === 'mean'").mark_line(point=True, strokeWidth=2.2).encode(
         tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("step:Q"), alt.Tooltip("tokens:Q", format=",.0f"),
@@ -114,8 +115,8 @@ def lm_curve_chart(frame: pd.DataFrame, *, x: str = "step", log_x: bool = False,
     sub = subtitle or ("mean across seeds; faint: each seed" if seeds else "mean across seeds")
     logs = [axis for axis, on in (("x", log_x), ("y", log_y)) if on]
     sub += f"; log {' and '.join(logs)}" if logs else ""
-    return alt.layer(*layers, data=frame).properties(
-        width=CURVE_WIDTH, height=HEIGHT, title=chart_title(title, sub, CURVE_WIDTH))
+    return with_layout(alt.layer(*layers, data=frame).properties(
+        width=CURVE_WIDTH, height=HEIGHT, title=chart_title(title, sub)))
 
 
 def token_class_curves(rows: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -165,8 +166,10 @@ def class_gap_chart(frame: pd.DataFrame, variant: str, partition_label: str = "t
     overall = frame.loc[frame["name"] == ALL_TOKENS, "gap_mean"]
     whole = float(overall.iloc[0]) if len(overall) and math.isfinite(float(overall.iloc[0])) else None
     shown = [0.0, *data["gap_mean"], *data["lo"], *data["hi"]] + ([whole] if whole is not None else [])
+    # Labels word by word on lines of their own ("recall" over "1–16"): on one line, neighbours in half a
+    # column overlap, and Vega then hides every other one.
     base = alt.Chart().encode(x=alt.X("class:N", sort=list(classes["class"]), title=partition_label,
-                                      axis=alt.Axis(labelAngle=0, labelLimit=0)))
+                                      axis=alt.Axis(labelAngle=0, labelLimit=0, labelExpr=WORD_LINES)))
     points = base.mark_point(filled=True, size=90, opacity=1, color=color).encode(
         y=alt.Y("gap_mean:Q", title=f"{variant} − GPT (nats/token)", scale=alt.Scale(zero=True),
                 axis=alt.Axis(format=value_format(shown), titleLimit=HEIGHT)),
@@ -185,10 +188,10 @@ def class_gap_chart(frame: pd.DataFrame, variant: str, partition_label: str = "t
     layers = [alt.layer(errors, points, data=data)]
     if whole is not None:
         layers.append(reference_rule("gap_mean", whole, f"{ALL_TOKENS} {whole:+.3f}", palette.REFERENCE_COLOR))
-    return alt.layer(*layers).properties(
+    return with_layout(alt.layer(*layers).properties(
         width=WIDTH, height=HEIGHT,
         title=chart_title("Where the gap lives", f"per {partition_label}, final evaluation, mean ± std across seeds; "
-                                                 "below 0: SPEN better there; dashed: every token pooled"))
+                                                 "below 0: SPEN better there; dashed: every token pooled")))
 
 
 def variant_delta_frame(deltas: Iterable[VariantClassDelta]) -> pd.DataFrame:
@@ -233,24 +236,24 @@ def lm_ablation_chart(frame: pd.DataFrame, gpt_loss: float | None = None) -> alt
     shown = [*data["mean"], *data["lo"], *data["hi"]] + ([gpt_loss] if gpt_loss is not None else [])
     base = alt.Chart().encode(
         x=alt.X("predictor:N", sort=list(PREDICTOR_LABELS.values()), title="SPEN's predictor",
-                axis=alt.Axis(labelAngle=0)),
+                axis=alt.Axis(labelAngle=0, labelLimit=0, labelExpr=WORD_LINES)),
         xOffset=alt.XOffset("attn_input:N", sort=present, scale=alt.Scale(domain=present, paddingInner=0.2)),
     )
+    color = alt.Color("variant:N", scale=scale, sort=scale.domain, title="SPEN variant", legend=legend(scale.domain))
     points = base.mark_point(filled=True, size=90, opacity=1).encode(
         y=alt.Y("mean:Q", scale=alt.Scale(zero=False), title="final validation loss (nats/token)",
                 axis=alt.Axis(format=value_format(shown))),
-        color=alt.Color("variant:N", scale=scale, sort=scale.domain, title="SPEN variant",
-                        legend=alt.Legend(orient="right", labelLimit=0)),
+        color=color,
         tooltip=[alt.Tooltip("variant:N"), alt.Tooltip("mean:Q", format=".4f"),
                  alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")],
     )
-    errors = base.transform_filter(HAS_STD).mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q", color="variant:N")
+    errors = base.transform_filter(HAS_STD).mark_rule(strokeWidth=2).encode(y="lo:Q", y2="hi:Q", color=color)
     layers = [alt.layer(errors, points, data=data)]
     if gpt_loss is not None and math.isfinite(gpt_loss):
         layers.append(reference_rule("loss", gpt_loss, f"GPT {gpt_loss:.3f}", palette.GPT_COLOR))
-    return alt.layer(*layers).resolve_scale(color="independent", strokeDash="independent").properties(
+    return with_layout(alt.layer(*layers).resolve_scale(color="independent", strokeDash="independent").properties(
         width=WIDTH, height=HEIGHT,
-        title=chart_title("Predictor ablation", "mean ± std across seeds; same traces, only the predictor differs"))
+        title=chart_title("Predictor ablation", "mean ± std across seeds; same traces, only the predictor differs")))
 
 
 # -- how the gap grows ---------------------------------------------------------------------------------
@@ -330,14 +333,14 @@ def growth_chart(fits: Iterable[GapGrowth]) -> alt.LayerChart:
               axis=alt.Axis(titleLimit=HEIGHT, format=".3~g"))
     color = alt.Color("pool:N", scale=scale, sort=list(colors), title="tokens",
                       # Symbols at full opacity: the shaded band would otherwise set them.
-                      legend=alt.Legend(orient="right", labelLimit=0, symbolType="circle", symbolOpacity=1))
+                      legend=legend(list(colors), symbolType="circle", symbolOpacity=1))
     band = alt.Chart(lines).mark_area(opacity=0.15).encode(
         x=x, y=alt.Y("lo:Q", scale=y_scale), y2="hi:Q", color=color, detail="segment:N")
     line = alt.Chart(lines).mark_line(strokeWidth=2.2).encode(
         x=x, y=y, color=color,
         strokeDash=alt.StrokeDash("segment:N", scale=alt.Scale(domain=[FITTED, EXTRAPOLATED], range=[[1, 0], [6, 4]]),
-                                  title="line", legend=alt.Legend(orient="right", labelLimit=0, symbolType="stroke",
-                                                                  symbolSize=400, symbolStrokeWidth=2)),
+                                  title="line", legend=legend([FITTED, EXTRAPOLATED], symbolType="stroke",
+                                                              symbolSize=400, symbolStrokeWidth=2)),
         tooltip=[alt.Tooltip("pool:N", title="tokens"), alt.Tooltip("segment:N"),
                  alt.Tooltip("tokens:Q", format=",.0f", title="training tokens"),
                  alt.Tooltip("ratio:Q", format=".3f", title="fitted ratio"), alt.Tooltip("lo:Q", format=".3f"),
@@ -360,7 +363,7 @@ def growth_chart(fits: Iterable[GapGrowth]) -> alt.LayerChart:
     sub = (f"{fits[0].variant} ÷ GPT perplexity against training tokens; points measured (mean across seeds; faint: "
            f"each seed; hollow: warm-up and decay, not fitted); line: {GROWTH_MODEL} through the plateau's points, "
            f"dashed beyond them: extrapolated; band: {100 * fits[0].level:g} % interval; diamond: the paper")
-    return alt.layer(band, line, seeds, fitted, unfitted, marker, note).resolve_scale(
+    return with_layout(alt.layer(band, line, seeds, fitted, unfitted, marker, note).resolve_scale(
         color="shared", strokeDash="independent").properties(
         width=CURVE_WIDTH, height=HEIGHT,
-        title=chart_title("How the gap grows — an extrapolation", sub, CURVE_WIDTH))
+        title=chart_title("How the gap grows — an extrapolation", sub)))

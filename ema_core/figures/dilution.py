@@ -1,16 +1,21 @@
 """The trace-dilution study's charts (PAPER.md §1): lag weights, signal-to-interference and measured
-identity, from the frames of :mod:`ema_core.dilution`, one colour per rate."""
+identity, from the frames of :mod:`ema_core.dilution`, one colour per rate.
+
+A rate is coloured by value (:func:`ema_core.palette.rate_color`), except where a chart is told which
+slider each rate comes from (``roles``, :func:`rate_roles`): the explorer's traces are "the fast, the
+medium and the slow trace", and keep their colour while their α moves."""
 from __future__ import annotations
 
 import math
+from typing import Mapping, Sequence
 
 import altair as alt
 import pandas as pd
 
 from ema_core import palette
 from ema_core.dilution import ALL_RATES, rate_label
-from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HEIGHT, WIDTH, chart_title, color_scale,
-                              reference_rule)
+from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HEIGHT, WIDTH, chart_title, color_scale, legend,
+                              reference_rule, with_layout)
 
 SIR_CLIP_DB = 60.0  # α = 1 gives an infinite SIR at lag 0; drawn at the edge of the axis
 WEIGHT_FLOOR = 1e-12  # α near 1 drives far lags to 1e-70 and would squash every other curve
@@ -37,23 +42,36 @@ def rate_order(labels) -> list[str]:
     return rates + others + ([ALL_RATES] if ALL_RATES in labels else [])
 
 
-def feature_color(label: str) -> str:
-    """The colour of a rate label, of ``ALL_RATES``, or the palette's colour for anything else."""
+def rate_roles(alphas: Sequence[float], roles: Sequence[str] = palette.RATE_ROLES) -> dict[str, str]:
+    """Rate label -> the slider it comes from (``roles``, in the sliders' order); two sliders on one rate
+    draw it once, as the first of them."""
+    out: dict[str, str] = {}
+    for alpha, role in zip(alphas, roles):
+        out.setdefault(rate_label(float(alpha)), role)
+    return out
+
+
+def feature_color(label: str, roles: Mapping[str, str] | None = None) -> str:
+    """The colour of a rate label (its slider's, where ``roles`` names one, else its value's), of
+    ``ALL_RATES``, or the palette's colour for anything else."""
     if label == ALL_RATES:
         return palette.ALL_RATES_COLOR
+    if roles and label in roles:
+        return palette.rate_role_color(roles[label])
     alpha = rate_alpha(label)
     return palette.OTHER_COLOR if alpha is None else palette.rate_color(alpha)
 
 
-def _rate_color(field: str, labels, title: str) -> alt.Color:
-    """Colour by rate, each rate its own colour, in :func:`rate_order`."""
+def _rate_color(field: str, labels, title: str, roles: Mapping[str, str] | None = None) -> alt.Color:
+    """Colour by rate, each rate its own colour, in :func:`rate_order`; the legend below the plot."""
     order = rate_order(labels)
-    return alt.Color(f"{field}:N", scale=color_scale(order, feature_color), sort=order, title=title)
+    return alt.Color(f"{field}:N", scale=color_scale(order, lambda label: feature_color(label, roles)), sort=order,
+                     title=title, legend=legend(order, symbolType="stroke", symbolStrokeWidth=3))
 
 
-def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
+def lag_weight_chart(analytic_df: pd.DataFrame, roles: Mapping[str, str] | None = None) -> alt.Chart:
     """Weight α(1−α)^k of the token at lag k, one line per rate, log y axis."""
-    color = _rate_color("rate", analytic_df["rate"], "rate")
+    color = _rate_color("rate", analytic_df["rate"], "rate", roles)
     # Log axis: zero weights (α = 1 past lag 0) have no place on it, nor do vanishing ones.
     df = analytic_df.loc[analytic_df["weight"] >= WEIGHT_FLOOR, ["rate", "alpha", "lag", "weight"]]
     # Ticks and grid at whole decades only (at most ~7): Vega's default log grid draws every
@@ -61,7 +79,7 @@ def lag_weight_chart(analytic_df: pd.DataFrame) -> alt.Chart:
     lo = math.floor(math.log10(df["weight"].min())) if len(df) else -1
     step = max(1, math.ceil(-lo / 6))
     decades = [10.0**e for e in range(0, lo - 1, -step)]
-    return (
+    return with_layout(
         alt.Chart(df, width=WIDTH, height=HEIGHT, title=chart_title(
             "Weight of the token at lag k",
             f"α(1−α)^k, whatever the token (below {WEIGHT_FLOOR:g} not drawn)"))
@@ -91,15 +109,15 @@ def _db_text(x: float) -> str:
     return f"{x:.1f} dB"
 
 
-def sir_chart(analytic_df: pd.DataFrame) -> alt.Chart:
+def sir_chart(analytic_df: pd.DataFrame, roles: Mapping[str, str] | None = None) -> alt.Chart:
     """Signal-to-interference ratio of the token at lag k, in dB, clipped to ±``SIR_CLIP_DB``."""
-    color = _rate_color("rate", analytic_df["rate"], "rate")
+    color = _rate_color("rate", analytic_df["rate"], "rate", roles)
     df = analytic_df[["rate", "alpha", "lag", "sir_db"]].copy()
     # ±inf cannot go into the chart's JSON; the tooltip keeps the true value as text.
     df["sir_db_shown"] = df["sir_db"].clip(-SIR_CLIP_DB, SIR_CLIP_DB)
     df["sir_text"] = [_db_text(v) for v in df["sir_db"]]
     df = df.drop(columns="sir_db")
-    return (
+    return with_layout(
         alt.Chart(df, width=WIDTH, height=HEIGHT, title=chart_title(
             "Signal-to-interference ratio", "w_k² against the rest of the trace's energy α/(2−α)"))
         .mark_line(point=True)
@@ -146,13 +164,13 @@ def horizon_frame(limits: pd.DataFrame, max_lag: int) -> pd.DataFrame:
 
 
 def identity_chart(acc_df: pd.DataFrame, chance: float, decoder: str | None = None,
-                   horizons: pd.DataFrame | None = None) -> alt.LayerChart:
+                   horizons: pd.DataFrame | None = None, roles: Mapping[str, str] | None = None) -> alt.LayerChart:
     """Measured accuracy of naming the token at lag k, one line per feature set, and chance.
 
     ``horizons`` (:func:`horizon_frame`) adds, in each feature set's colour, a dashed rule at its
     analytic horizon k* and a solid one at its measured horizon (the first lag below ½ accuracy).
     """
-    color = _rate_color("feature", acc_df["feature"], "decoder reads")
+    color = _rate_color("feature", acc_df["feature"], "decoder reads", roles)
     lines = (
         alt.Chart(acc_df[["feature", "lag", "accuracy"]])
         .mark_line(point=True)
@@ -177,7 +195,8 @@ def identity_chart(acc_df: pd.DataFrame, chance: float, decoder: str | None = No
                 x="lag:Q",
                 color=color,  # the very scale of the lines: one legend, one colour per set
                 strokeDash=alt.StrokeDash("kind:N", title="horizon",
-                                          scale=alt.Scale(domain=list(HORIZON_KINDS), range=list(HORIZON_DASHES))),
+                                          scale=alt.Scale(domain=list(HORIZON_KINDS), range=list(HORIZON_DASHES)),
+                                          legend=legend(HORIZON_KINDS, symbolType="stroke", symbolStrokeWidth=2)),
                 tooltip=[alt.Tooltip("feature:N", title="decoder reads"), alt.Tooltip("kind:N", title="horizon"),
                          alt.Tooltip("text:N", title="horizons")],
             )
@@ -185,11 +204,11 @@ def identity_chart(acc_df: pd.DataFrame, chance: float, decoder: str | None = No
     chart = alt.layer(*layers)
     if len(layers) > 2:  # the chance line's dash and the horizons' dashes are two legends
         chart = chart.resolve_scale(strokeDash="independent")
-    return chart.properties(
+    return with_layout(chart.properties(
         width=WIDTH,
         height=HEIGHT,
         title=chart_title("Measured identity at lag k", DECODER_SUBTITLES.get(decoder, "scored on held-out steps")),
-    )
+    ))
 
 
 def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:

@@ -2,11 +2,14 @@
 the BiGRU, and the probe controls, from the frames of the store's probe queries."""
 from __future__ import annotations
 
+import math
+
 import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.figures import ACCURACY_AXIS, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors
+from ema_core.figures import (ACCURACY_AXIS, HAS_STD, HEIGHT, PAGE_WIDTH, WIDTH, chart_title, color_scale,
+                              label_colors, legend, with_layout)
 from ema_core.grammar import ROLES
 
 # What the role chart compares: feature set in the store -> label, in legend order.  The n-gram
@@ -23,7 +26,11 @@ CONTROL_SETS = ("instantaneous", "traces", "both", "ngram1", "ngram2", "ngram")
 # A title over the role facets wraps at this width: the legend on top is about as wide, and a split
 # with few roles makes facets narrower than any title.
 ROLE_TITLE_WIDTH = 360
-ROLE_BAR_STEP = 10  # px per bar: a role of three bars takes about 37 px; all 21 fit side by side in ~900 px
+# px per bar, at most and at least: every role of a split side by side must fit PAGE_WIDTH (a facet is
+# not narrowed to its column), so the bars of a split with many roles are thinner.
+ROLE_BAR_STEP, ROLE_BAR_MIN = 10, 4
+# What a role chart takes besides its bars: the y axis, the gaps between facets, a role's padding.
+_ROLE_AXIS, _ROLE_GAP, _ROLE_PAD = 64, 16, 0.25
 
 
 def _role_group(role: str) -> str:
@@ -66,20 +73,32 @@ def _bars_with_errors(df: pd.DataFrame, x: str, x_title: str | None, offset: str
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1))
     base = alt.Chart().encode(
         # Vega hides labels whose axis-aligned boxes overlap; slanted labels a band apart do not
-        # touch, but their boxes do, so every label is drawn.
-        x=alt.X(f"{x}:N", sort=x_sort, title=x_title,
+        # touch, but their boxes do, so every label is drawn.  Between two groups of bars a quarter
+        # of a group's width: the groups stay apart when the bars are thin.
+        x=alt.X(f"{x}:N", sort=x_sort, title=x_title, scale=alt.Scale(paddingInner=_ROLE_PAD, paddingOuter=_ROLE_PAD / 2),
                 axis=alt.Axis(labelAngle=label_angle, labelLimit=140, labelOverlap=not label_angle)),
         xOffset=alt.XOffset(f"{offset}:N", sort=domain, scale=alt.Scale(domain=domain, paddingInner=0.05)),
     )
     bars = base.mark_bar().encode(
         y=alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="accuracy (held out)"),
         color=alt.Color(f"{offset}:N", scale=color_scale(domain, lambda name: colors.get(name, palette.OTHER_COLOR)),
-                        sort=domain, title=legend_title, legend=legend or alt.Legend()),
+                        sort=domain, title=legend_title, legend=legend),
         tooltip=[alt.Tooltip(f"{x}:N"), alt.Tooltip(f"{offset}:N"), alt.Tooltip("mean:Q", format=".3f"),
                  alt.Tooltip("std:Q", format=".3f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")],
     )
-    errors = base.transform_filter(HAS_STD).mark_rule(color="#222222", strokeWidth=1.5).encode(y="lo:Q", y2="hi:Q")
+    errors = base.transform_filter(HAS_STD).mark_rule(color=palette.TEXT_COLOR, strokeWidth=1.5).encode(
+        y="lo:Q", y2="hi:Q")
     return alt.layer(bars, errors, data=data)  # data on the layer: a facet of it needs it there
+
+
+def role_bar_step(n_roles: int, n_models: int, n_groups: int) -> float:
+    """px per bar so that ``n_roles`` roles of ``n_models`` bars each, in ``n_groups`` facets, fit
+    PAGE_WIDTH: ROLE_BAR_STEP where they fit, thinner (down to ROLE_BAR_MIN) where they would not."""
+    room = PAGE_WIDTH - _ROLE_AXIS - _ROLE_GAP * max(n_groups - 1, 0)
+    # A role's band is its bars plus the padding around it (paddingInner of the band, half of the
+    # outer padding at each end of each facet).
+    per_bar = max(n_roles * (1 + _ROLE_PAD) + n_groups * _ROLE_PAD, 1) * max(n_models, 1)
+    return max(ROLE_BAR_MIN, min(ROLE_BAR_STEP, math.floor(10 * room / per_bar) / 10))
 
 
 def role_accuracy_chart(frame: pd.DataFrame, split_label: str = "") -> alt.FacetChart:
@@ -89,20 +108,19 @@ def role_accuracy_chart(frame: pd.DataFrame, split_label: str = "") -> alt.Facet
     colors = label_colors(ROLE_MODELS, palette.PROBE_COLORS)
     groups = [g for g in ROLE_GROUPS if g in set(frame["group"])]
     roles = list(dict.fromkeys(frame["role"]))
-    # A facet's width follows its number of roles (independent x scales, a fixed step per role).
-    # The legend on top: the facets need the page's whole width.
+    # A facet's width follows its number of roles (independent x scales, a fixed step per bar), the step
+    # chosen so that the facets fit a page.  The legend on top, as wide as the title.
     layer = _bars_with_errors(frame, "role", None, "model", models, colors, "probe reads", roles,
-                              legend=alt.Legend(orient="top", direction="horizontal"), label_angle=-45)
+                              legend=legend(models, width=ROLE_TITLE_WIDTH, orient="top"), label_angle=-90)
     subtitle = "mean ± std across seeds (no bar: one seed)" + (f"; split: {split_label}" if split_label else "")
-    # The title spans the facets: about a bar step per bar, or the legend's width when they are few.
-    facets_width = len(frame) * ROLE_BAR_STEP + 20 * (len(groups) - 1)
-    return (
-        layer.properties(width=alt.Step(ROLE_BAR_STEP), height=HEIGHT)
+    step = role_bar_step(len(roles), len(models), len(groups))
+    return with_layout(
+        layer.properties(width=alt.Step(step), height=HEIGHT)
         .facet(column=alt.Column("group:N", sort=groups, title=None,
-                                 header=alt.Header(labelFontSize=13, labelFontWeight="bold")))
+                                 header=alt.Header(labelFontSize=13, labelFontWeight="bold")), spacing=_ROLE_GAP)
         .resolve_scale(x="independent")
         .properties(title=chart_title("Grammatical roles read from SPCN, an n-gram window and the BiGRU", subtitle,
-                                      max(ROLE_TITLE_WIDTH, facets_width)))
+                                      ROLE_TITLE_WIDTH))
     )
 
 
@@ -131,9 +149,10 @@ def probe_control_chart(frame: pd.DataFrame) -> alt.LayerChart:
         or list(CONTROL_CONDITIONS.values())
     colors = label_colors(CONTROL_CONDITIONS, palette.CONDITION_COLORS)
     sets = list(dict.fromkeys(frame["feature_set"]))
-    return _bars_with_errors(frame, "feature_set", "features probed", "condition", conditions, colors,
-                             "probe on", sets, legend=alt.Legend(orient="top", direction="horizontal",
-                                                                  columns=3)).properties(
+    # The legend below the plot, whole: "control: word × previous category" is wider than the plot
+    # of half a page's column.
+    return with_layout(_bars_with_errors(frame, "feature_set", "features probed", "condition", conditions, colors,
+                                         "probe on", sets, legend=legend(conditions)).properties(
         width=WIDTH, height=HEIGHT,
         title=chart_title("Probe controls", "overall accuracy, test split; selectivity = real task − a control task"),
-    )
+    ))
