@@ -887,6 +887,14 @@ HEADLINE_VARIANT = ("spen", "linear", "state")  # the SPEN the paper reports (it
 HEADLINE_WHAT = ("The EMA-only SPEN is worse than the same-size GPT (final validation loss, SPEN linear − GPT, "
                  "paired by seed, > 0; perplexity ÷ GPT = exp Δ)")
 HEADLINE_PAPER = f"perplexity {PAPER_SPEN_PPL} vs {PAPER_GPT_PPL} (÷ {PAPER_RATIO:.1f})"
+HEADLINE_RULE = (
+    "**The rule.** Δ = SPEN linear's final validation loss − the GPT's of the same settings and seed (both draw the "
+    "same batches in the same order), then averaged over the seeds; SPEN ÷ GPT perplexity is exp Δ. "
+    f"**Reproduced** (SPEN is worse): Δ > {VERDICT_K:g} × the sample std of Δ across the seeds; **not reproduced** "
+    f"(SPEN is better): Δ < −{VERDICT_K:g} × that std; **inconclusive** in between; **not judged** below "
+    f"{VERDICT_MIN_SEEDS} seeds. The paper's ratio (÷ {PAPER_RATIO:.1f}) is at 130M parameters after 8B tokens: "
+    "the rule judges the direction here, and the section on growth follows the size of the gap over training."
+)
 
 
 @dataclass(frozen=True)

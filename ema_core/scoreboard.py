@@ -38,10 +38,6 @@ STUDIES: dict[str, Study] = {
 # What a verdict says in one word on the board, and the order the board sorts by: the verdicts a
 # reader acts on first (a claim contradicted, then one that needs seeds) before those that are settled.
 OUTCOMES = ("not_reproduced", "reproduced", "inconclusive", "not_judged", "not_measured")
-# Each outcome's badge: a Streamlit colour name and a Material icon.
-VERDICT_BADGES = {"reproduced": ("green", ":material/check_circle:"), "not_reproduced": ("red", ":material/cancel:"),
-                  "inconclusive": ("orange", ":material/help:"), "not_judged": ("gray", ":material/hourglass_empty:"),
-                  "not_measured": ("gray", ":material/remove:")}
 
 
 @dataclass(frozen=True)
@@ -84,8 +80,9 @@ class Score:
 
     @property
     def line(self) -> str:
-        """One plain sentence: what was expected, what was measured, and the verdict."""
-        return f"{self.claim}. Paper: {self.paper}. Here: {self.measured} — **{self.word}** ({self.evidence})."
+        """One plain sentence: what was expected and what was measured, with the strength of the evidence
+        (the verdict's word goes before it, as its badge: :func:`pages._verdicts.badge`)."""
+        return f"{self.claim}. Paper: {self.paper}. Here: {self.measured} ({self.evidence})."
 
 
 def plain(what: str) -> str:
@@ -132,34 +129,45 @@ def boundary_scores(verdicts: Iterable[boundary_findings.ClaimVerdict]) -> list[
     for v in verdicts:
         c, d = v.claim, v.delta
         measured = _pm(d, 3) + (f" over {v.over}" if v.over and d.n else "")
+        # The caveat is said once beside the lines (Score.note), not again at the end of each detail.
+        detail = v.sentence.removesuffix(f" {v.note}") if v.note else v.sentence
         out.append(Score("boundary", c.key, plain(c.what), c.paper, measured, d, _outcome(v.verdict, d.n), v.word,
-                         v.sentence, note=v.note, sanity=c.sanity))
+                         detail, note=v.note, sanity=c.sanity))
     return out
 
 
-def content_scores(headline: content_findings.HeadlineVerdict, ablation: content_findings.AblationVerdict,
-                   gaps: Iterable[content_findings.GapVerdict]) -> list[Score]:
+def headline_score(headline: content_findings.HeadlineVerdict) -> Score:
     d = headline.delta
-    out = [Score("content", "spen_below_gpt", plain(content_findings.HEADLINE_WHAT), content_findings.HEADLINE_PAPER,
+    return Score("content", "spen_below_gpt", plain(content_findings.HEADLINE_WHAT), content_findings.HEADLINE_PAPER,
                  (f"perplexity ÷ GPT {content_findings.ratio_text(headline.ratio)} ({_pm(d, 3, 'nats/token')})"
-                  if d.n else "not measured"), d, _outcome(headline.verdict, d.n), headline.word, headline.sentence)]
+                  if d.n else "not measured"), d, _outcome(headline.verdict, d.n), headline.word, headline.sentence)
+
+
+def ablation_score(ablation: content_findings.AblationVerdict) -> Score:
     claim = [c for c in ablation.comparisons if c.role == "claim"]
     # The ablation's claim is "no difference": its Δ on the board is the comparison farthest from 0
     # relative to its threshold, the one that decides the verdict.
     widest = max(claim, key=lambda c: abs(c.delta.mean) / c.threshold if c.threshold > 0 else math.inf,
                  default=None)
-    ad = widest.delta if widest is not None else Spread(math.nan, math.nan, 0)
-    out.append(Score(
+    d = widest.delta if widest is not None else Spread(math.nan, math.nan, 0)
+    return Score(
         "content", "predictor_irrelevant",
         "Swapping SPEN's predictor for attention on the trace state changes nothing",
         "perplexity unchanged across predictors",
-        (f"largest {_pm(ad, 4, 'nats/token')} ({widest.variant} − SPEN linear)" if widest is not None and ad.n
+        (f"largest {_pm(d, 4, 'nats/token')} ({widest.variant} − SPEN linear)" if widest is not None and d.n
          else "not measured"),
-        ad, _outcome(ablation.verdict, ad.n), ablation.word, ablation.sentence))
-    for v in gaps:
-        out.append(Score("content", v.claim.key, plain(v.claim.what), GAP_PAPER, _pm(v.delta, 4, "nats/token"),
-                         v.delta, _outcome(v.verdict, v.delta.n), v.word, v.sentence))
-    return out
+        d, _outcome(ablation.verdict, d.n), ablation.word, ablation.sentence)
+
+
+def gap_scores(gaps: Iterable[content_findings.GapVerdict]) -> list[Score]:
+    return [Score("content", v.claim.key, plain(v.claim.what), GAP_PAPER, _pm(v.delta, 4, "nats/token"), v.delta,
+                  _outcome(v.verdict, v.delta.n), v.word, v.sentence) for v in gaps]
+
+
+def content_scores(headline: content_findings.HeadlineVerdict, ablation: content_findings.AblationVerdict,
+                   gaps: Iterable[content_findings.GapVerdict]) -> list[Score]:
+    """The content study's claims in the order its page reads them: SPEN ÷ GPT, the ablation, the gap."""
+    return [headline_score(headline), ablation_score(ablation), *gap_scores(gaps)]
 
 
 # Where the gap lives is not measured in the paper: its argument predicts it, as zoology found it for

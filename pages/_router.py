@@ -22,6 +22,18 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 _routed = False
 
+# The app's pages in the navigation's order: (file stem in pages/, title, icon).  The first is the
+# default, served at "/"; every other page's URL path is its stem.
+NAV: tuple[tuple[str, str, str], ...] = (
+    ("overview", "Overview", ":material/home:"),
+    ("dilution", "Trace dilution", ":material/blur_on:"),
+    ("structure", "Structure", ":material/account_tree:"),
+    ("content", "Content", ":material/menu_book:"),
+    ("boundary", "Boundary map", ":material/grid_on:"),
+    ("jobs", "Jobs", ":material/work_history:"),
+    ("export", "Export", ":material/ios_share:"),
+)
+
 
 def mark_routed() -> None:
     global _routed

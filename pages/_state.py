@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, NamedTuple, TypeVar
 
 import pandas as pd
 import streamlit as st
 
 from ema_core.rundir import RESUMABLE_STATES, emalab_home
+from ema_core.scoreboard import STUDIES
 from jobs.runner import LocalRunner, existing_run, next_free_seed
 from store import StorageError, StoreError, config_id, config_without_seed, ingest
 
@@ -95,12 +97,11 @@ class ResultPage(NamedTuple):
     picks: str | None = None
 
 
-# Where a kind's finished runs are shown.
+# Where a kind's finished runs are shown: each judged study on its own page (ema_core.scoreboard.STUDIES,
+# whose run picker is keyed "<page>_runs"), the dilution sweep's tables on Export, re-evaluations on Content.
 RESULT_PAGES = {"dilution": ResultPage("pages/export.py", "Export"),
-                "structure": ResultPage("pages/structure.py", "Structure", "structure_runs"),
-                "lm": ResultPage("pages/content.py", "Content", "content_runs"),
-                "boundary": ResultPage("pages/boundary.py", "Boundary map", "boundary_runs"),
-                "lm_eval": ResultPage("pages/content.py", "Content")}
+                **{s.kind: ResultPage(s.page, s.title, f"{Path(s.page).stem}_runs") for s in STUDIES.values()},
+                "lm_eval": ResultPage(STUDIES["content"].page, STUDIES["content"].title)}
 
 
 def result_link(kind: str, run_ids: Collection[str] = (), label: str | None = None) -> None:

@@ -11,7 +11,8 @@ from typing import Iterable
 
 import streamlit as st
 
-from ema_core.scoreboard import VERDICT_BADGES, Score
+from ema_core.palette import VERDICT_BADGES
+from ema_core.scoreboard import Score
 
 
 def badge(score: Score) -> str:
@@ -20,16 +21,21 @@ def badge(score: Score) -> str:
     return f":{color}-badge[{icon} {score.word}]"
 
 
-def verdict_lines(scores: Iterable[Score], rule: str, key: str, title: str = "The rule and the numbers") -> None:
-    """Each claim on one line, each caveat once, then ``rule`` and every claim's full sentence in an expander."""
-    scores = list(scores)
+def verdict_lines(scores: Iterable[Score], rule: str, key: str, title: str = "The rule and the numbers",
+                  said: Iterable[str] = ()) -> set[str]:
+    """Each claim on one line, each caveat once, then ``rule`` and every claim's full sentence in an expander.
+
+    ``said``: caveats the page has stated already (a warning beside a chart), not repeated here.
+    Returns every caveat said so far, for the next call on the same page."""
+    scores, said = list(scores), set(said)
     if not scores:
-        return
+        return said
     with st.container(key=key):
         for s in scores:
             st.markdown(f"{badge(s)} {s.line}")
-        for note in dict.fromkeys(s.note for s in scores if s.note):
+        for note in dict.fromkeys(s.note for s in scores if s.note and s.note not in said):
             st.caption(note)
     with st.expander(title):
         st.markdown(rule)
         st.markdown("\n".join(f"- {s.detail}" for s in scores))
+    return said | {s.note for s in scores if s.note}

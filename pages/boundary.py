@@ -1,30 +1,29 @@
 """Boundary map: every context mixer on structure and content tasks, distance by distance."""
 from __future__ import annotations
 
-
 import pandas as pd
 import streamlit as st
 
-from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS,
-                                       VERDICT_RULE, claim_verdicts, claims_and_checks, measured_order, reach_of,
-                                       recall_frontier, undertrained_text)
+from ema_core.boundary_findings import (FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS, VERDICT_RULE,
+                                       claim_verdicts, claims_and_checks, measured_order, recall_frontier, runs_reach,
+                                       undertrained_text)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.boundary import (CROSSING, boundary_frame, crossing_chart, dev_curve_chart, heat_map,
                                        mixer_order, mqar_chart, recall_state_chart, recall_state_frame, task_label,
                                        task_order)
 from ema_core.mixers import MIXER_NAMES
+from ema_core.scoreboard import boundary_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
+from pages._verdicts import verdict_lines
 from store import StoreError, list_runs, mean_std_cells
 from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
 KIND = "boundary"
-VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
-               "not_judged": st.info}
 PRESET_NOTES = {"quick": "every mixer and task, about 27 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
 CHANCE_TEXT = f"""
 **Chance** is what a model that ignores its input scores on a cell: the better of a uniform guess and
@@ -56,18 +55,6 @@ def _order_text(order) -> str:
         else:
             lines.append(f"{i}. `{item}`")
     return "\n".join(lines) or "—"
-
-
-def _reach(cfgs) -> int:
-    """How far back the window mixer sees in these runs (its window, layers and conv); the farthest where
-    configs differ, so that a distance called "beyond its reach" is beyond it in every run."""
-    reaches = [r for c in cfgs if isinstance(c, dict) and (r := reach_of(c.get("model"))) is not None]
-    return max(reaches, default=DEFAULT_WINDOW_REACH)
-
-
-def _verdict_table(verdicts) -> pd.DataFrame:
-    return pd.DataFrame({"claim": [v.claim.what for v in verdicts], "the paper": [v.claim.paper for v in verdicts],
-                         "source": [v.claim.source for v in verdicts], "verdict": [v.word for v in verdicts]})
 
 
 def map_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -206,7 +193,9 @@ elif "mqar" in present:
     chart_with_downloads(mqar_chart(frame), "boundary_mqar", key="boundary_mqar_chart")
 else:
     st.info("These runs hold no MQAR cells.")
-if "mqar" in present and (under := undertrained_text(rows)):
+# Said once here, beside the chart it concerns; the verdicts below do not repeat it.
+under = undertrained_text(rows) if "mqar" in present else ""
+if under:
     st.warning(under, icon=":material/hourglass_empty:")
 
 # -- the learning rates ---------------------------------------------------------------------------------
@@ -230,9 +219,12 @@ with st.expander("Dev accuracy per learning rate"):
 # -- the paper beside ours -----------------------------------------------------------------------------
 st.subheader("The paper's hierarchy and the measured one")
 tasks = task_order(present)
-# MQAR first: the hierarchy is the paper's argument about recall.
+# Opens on a task the page trusts: MQAR (the paper's argument is about recall) only where no size of it
+# is under-trained (``under`` above says so), else a content task (the hierarchy is about keeping
+# content), else the first.
 if st.session_state.get("boundary_order_task") not in tasks:
-    st.session_state["boundary_order_task"] = "mqar" if "mqar" in tasks else tasks[0]
+    trusted = [t for t in ("mqar", "agree_content", "lag_identity") if t in tasks and not (t == "mqar" and under)]
+    st.session_state["boundary_order_task"] = (trusted or tasks)[0]
 task = st.radio("Measured on", tasks, format_func=task_label, horizontal=True, key="boundary_order_task")
 paper_col, ours_col = st.columns(2)
 with paper_col:
@@ -244,21 +236,17 @@ with ours_col:
 everyone = measured_order(rows, task)
 st.caption(f"Every mixer of these runs on {task_label(task)}, weakest first: "
            + ", ".join(f"{m} {acc:.3f}" for m, acc in everyone) + ".")
-verdicts = claim_verdicts(rows, reach=_reach(configs[r] for r in picked))
+verdicts = claim_verdicts(rows, reach=runs_reach(configs[r] for r in picked))
 claims, checks = claims_and_checks(verdicts)
 st.markdown("**The paper's claims**, each of which these tasks could refute")
 if len(seeds) < VERDICT_MIN_SEEDS:
     st.info(f"These runs hold {len(seeds)} seed(s): a claim is judged on {VERDICT_MIN_SEEDS} seeds or more, so "
             f"each says \"not judged: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}\". Launch more seeds to judge them.")
-st.table(_verdict_table(claims), hide_index=True)
-for v in claims:
-    VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
+said = verdict_lines(boundary_scores(claims), VERDICT_RULE, key="boundary_claims", said=[under] if under else [])
 st.markdown("**Sanity checks**: they hold by construction or check the harness (the recipe trains, the window "
             "forgets past its reach, attention reads what is there), so they say whether the map can be read, "
             "not whether the paper is right")
-st.table(_verdict_table(checks).rename(columns={"claim": "check", "the paper": "what it checks"}), hide_index=True)
-for v in checks:
-    VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
-st.markdown(VERDICT_RULE)
+verdict_lines(boundary_scores(checks), VERDICT_RULE, key="boundary_checks", title="The checks' rule and numbers",
+              said=said)
 
 launch_section()

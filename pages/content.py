@@ -10,11 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, GROWTH_MIN_POINTS,
-                                      GROWTH_MODEL, GROWTH_POOLS, PAPER_GPT_PPL, PAPER_PARAMS, PAPER_RATIO,
+                                      GROWTH_MODEL, GROWTH_POOLS, HEADLINE_RULE, PAPER_GPT_PPL, PAPER_PARAMS, PAPER_RATIO,
                                       PAPER_SPEN_PPL, PAPER_TOKENS, PARTITION_LABELS, PARTITIONS, VERDICT_DECIMALS,
                                       VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict, class_gaps,
-                                      class_label, gap_growth, gap_verdicts, growth_statement, lm_variant_label,
-                                      ratio_text, tokens_text, variant_class_deltas, verdict_number)
+                                      class_label, gap_growth, gap_verdicts, growth_statement, headline_verdict,
+                                      lm_variant_label, ratio_text, tokens_text, variant_class_deltas, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.lm_eval import KIND as REEVAL_KIND
 from ema_core.experiments.lm_eval import TrainedRun, load_trained, trained_run
@@ -26,10 +26,12 @@ from ema_core.lm.ngram import BASELINES
 from ema_core.lm.trained import MODEL_ARTIFACT, held_out_passages
 from ema_core.palette import LM_VARIANTS
 from ema_core.rundir import RunDir, emalab_home
+from ema_core.scoreboard import ablation_score, gap_scores, headline_score
 from pages._router import ensure_router
 from pages._sources import check_sources
 from pages._state import finished_runs, launch, pick_runs, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
+from pages._verdicts import verdict_lines
 from store import StoreError, mean_std_cells
 from store.content import (lm_ablation, lm_curves, lm_final_losses, lm_final_stats, lm_reeval_class_pairs,
                            lm_reevaluations, lm_runs, lm_token_class_pairs)
@@ -274,14 +276,10 @@ SPREAD = {  # measure of store.content.lm_ablation -> what the spread table call
 }
 
 
-VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
-               "untested": st.info, "not_judged": st.info}
-
-
 def verdict_block(verdict: AblationVerdict) -> None:
-    """The rule in words, the comparisons it reads, and the sentence computed from them."""
+    """The verdict in one line, then the rule, the comparisons it reads and its full sentence on demand."""
     st.markdown("##### Verdict")
-    st.markdown(VERDICT_RULE)
+    verdict_lines([ablation_score(verdict)], VERDICT_RULE, key="content_ablation_verdict")
     if verdict.comparisons:
         def number(v: float) -> str:
             return "" if math.isnan(v) else verdict_number(v)
@@ -292,13 +290,13 @@ def verdict_block(verdict: AblationVerdict) -> None:
             "threshold": number(c.threshold), "seeds paired": c.delta.n,
             "beyond the spread": {True: "yes", False: "no", None: "too few seeds"}[c.beyond],
         } for c in verdict.comparisons])
-        st.table(shown, hide_index=True)
-        table_downloads(shown, "content_ablation_verdict", key="content_verdict_dl",
-                        caption="The predictor ablation's verdict: each comparison the rule reads (Δ = the "
-                                "variant's final validation loss − its reference's within each seed both hold, "
-                                f"averaged over those seeds; threshold = {VERDICT_K:g} × the std of Δ across them).",
-                        label="tab:content-ablation-verdict")
-    VERDICT_BOX[verdict.verdict](verdict.sentence)
+        with st.expander("The comparisons the rule reads"):
+            st.table(shown, hide_index=True)
+            table_downloads(shown, "content_ablation_verdict", key="content_verdict_dl",
+                            caption="The predictor ablation's verdict: each comparison the rule reads (Δ = the "
+                                    "variant's final validation loss − its reference's within each seed both hold, "
+                                    f"averaged over those seeds; threshold = {VERDICT_K:g} × the std of Δ across "
+                                    "them).", label="tab:content-ablation-verdict")
 
 
 def _verdict_cell(v: float) -> str:
@@ -423,18 +421,17 @@ def gap_section(picked: list[str], x_axis: str) -> list[dict]:
     if split is not None:
         verdicts = gap_verdicts(records)
         st.markdown(f"##### Verdict: does the gap live where the paper's argument puts it? ({split.variant})")
-        st.markdown(GAP_RULE)
+        verdict_lines(gap_scores(verdicts), GAP_RULE, key="content_gap_verdicts")
         shown = pd.DataFrame([{
             "claim": v.claim.what, "the paper predicts": v.claim.paper, "Δ (nats/token)": _verdict_cell(v.delta.mean),
             "std of Δ": _verdict_cell(v.delta.std), "threshold": _verdict_cell(v.threshold), "seeds": v.delta.n,
             "verdict": v.word} for v in verdicts])
-        st.table(shown, hide_index=True)
-        table_downloads(shown, "content_gap_verdict", key="content_gap_verdict_dl",
-                        caption="Where the gap lives, judged: each claim's Δ per seed (gap per token on one pool of "
-                                f"classes − on another), mean and std across seeds; threshold = {VERDICT_K:g} × "
-                                "the std of Δ.", label="tab:content-gap-verdict")
-        for v in verdicts:
-            VERDICT_BOX.get(v.verdict, st.info)(v.sentence)
+        with st.expander("The claims' numbers as a table"):
+            st.table(shown, hide_index=True)
+            table_downloads(shown, "content_gap_verdict", key="content_gap_verdict_dl",
+                            caption="Where the gap lives, judged: each claim's Δ per seed (gap per token on one pool "
+                                    f"of classes − on another), mean and std across seeds; threshold = {VERDICT_K:g} "
+                                    "× the std of Δ.", label="tab:content-gap-verdict")
     return records
 
 
@@ -725,6 +722,9 @@ if stats.empty:
 else:
     verdict = ablation_verdict(finals.to_dict("records"))
     final_table(stats, sel)
+    # The paper's headline, judged like every other claim: is SPEN worse than the same-size GPT?
+    verdict_lines([headline_score(headline_verdict(finals.to_dict("records")))], HEADLINE_RULE,
+                  key="content_headline")
     paper_table(stats, found, verdict)
     records = gap_section(picked, x_axis)
     if records:

@@ -48,8 +48,8 @@ def board_frame() -> pd.DataFrame:
     """The scoreboard as a table: one row per judged claim (sanity checks included, marked)."""
     return pd.DataFrame([{
         "study": STUDIES[s.study].title, "claim": s.claim + (" (sanity check)" if s.sanity else ""),
-        "the paper": s.paper, "measured here": s.measured, "verdict": s.word, "seeds": s.seeds,
-        "|Δ| ÷ threshold": None if math.isnan(s.strength) else round(s.strength, 2),
+        "verdict": s.word, "|Δ| ÷ threshold": None if math.isnan(s.strength) else round(s.strength, 2),
+        "seeds": s.seeds, "measured here": s.measured, "the paper": s.paper,
     } for s in scores])
 
 
@@ -62,11 +62,10 @@ if claims:
     st.caption(RULE_LINE + " Each study's runs are the finished group of one config holding the most seeds "
                "(the newest on a tie); its page lets you pick others.")
     frame = board_frame()
-    st.dataframe(frame, hide_index=True, key="overview_board", column_config={
-        "|Δ| ÷ threshold": st.column_config.NumberColumn(
-            help="How far Δ sits from the rule's threshold (2 × the std of Δ across seeds): above 1 is beyond "
-                 "the seeds' spread. Empty below 3 seeds."),
-        "claim": st.column_config.TextColumn(width="large")})
+    # A static table: its cells wrap, so every claim reads whole at any width (a data grid would cut them).
+    st.table(frame.style.format({"|Δ| ÷ threshold": "{:.2f}"}, na_rep=""), hide_index=True)
+    st.caption("|Δ| ÷ threshold: how far Δ sits from the rule's threshold (2 × the std of Δ across seeds); above 1 "
+               "is beyond the seeds' spread. Empty below 3 seeds.")
     table_downloads(frame, "claims_scoreboard", key="overview_board_dl",
                     caption="Every claim judged by the shared rule: Δ within each seed, judged on at least "
                             f"{VERDICT_MIN_SEEDS} seeds against 2 × its std across seeds.",
@@ -84,13 +83,13 @@ def more_seeds(j: Judged):
             for s in missing_seeds(j.seeds, j.span)]
 
 
+st.subheader("The paper's claims, and where they are tested")
 for j in board:
     study = STUDIES[j.study]
     claim, source = PAPER_CLAIMS[j.study]
     with st.container(border=True, key=f"overview_study_{j.study}"):
-        head, link = st.columns([4, 1], vertical_alignment="center")
-        head.markdown(f"#### {study.title}\n{claim}  \n*Source: {source}.*")
-        link.page_link(study.page, label=f"Open {study.title}", icon=":material/arrow_forward:")
+        st.markdown(f"#### {study.title}\n{claim}  \n*Source: {source}.*")
+        st.page_link(study.page, label=f"Tested on: {study.title}", icon=":material/arrow_forward:")
         if not j.run_ids:
             st.caption("No finished runs of this study yet: nothing judged.")
             continue
@@ -98,10 +97,10 @@ for j in board:
         st.caption(f"Judged on {len(j.run_ids)} run(s) of settings {j.group}, seeds {seeds}.")
         paper = [s for s in j.scores if not s.sanity]
         checks = [s for s in j.scores if s.sanity]
-        verdict_lines(paper, RULE_LINE + "\n\n" + RULE_AS_TEST, key=f"overview_claims_{j.study}")
+        said = verdict_lines(paper, RULE_LINE + "\n\n" + RULE_AS_TEST, key=f"overview_claims_{j.study}")
         if checks:
             st.markdown("Sanity checks of the harness (they hold by construction or check the recipe):")
-            verdict_lines(checks, RULE_LINE, key=f"overview_checks_{j.study}", title="The checks' numbers")
+            verdict_lines(checks, RULE_LINE, key=f"overview_checks_{j.study}", title="The checks' numbers", said=said)
         wanted = missing_seeds(j.seeds, j.span)
         if wanted:
             runs = len(wanted) * len(j.configs)
@@ -117,7 +116,7 @@ with st.container(border=True, key="overview_study_dilution"):
     st.markdown(f"#### {title}\n{claim}  \n*Source: {source}.*")
     st.caption("Computed in closed form and by decoders trained on the spot: the weights hold by construction, so "
                "nothing here is judged as a reproduction.")
-    st.page_link(page, label=f"Open {title}", icon=":material/arrow_forward:")
+    st.page_link(page, label=f"Tested on: {title}", icon=":material/arrow_forward:")
 
 summary = read_store(store_summary)
 st.subheader("The store")

@@ -8,10 +8,12 @@ import streamlit as st
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_control_frame,
                                         role_accuracy_chart, role_accuracy_frame)
+from ema_core.scoreboard import structure_scores
 from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
+from pages._verdicts import verdict_lines
 from store import StoreError, list_runs, mean_std_cells
 from store.structure import probe_accuracy, probe_accuracy_stats, probe_control, structure_headlines
 
@@ -45,8 +47,6 @@ CONTROL_TEXT = (
     "selectivity is what a short window gives. The *untrained* SPCN (its frozen random projections alone) "
     "measures what the Hebbian learning added."
 )
-VERDICT_BOX = {"reproduced": st.success, "not_reproduced": st.error, "inconclusive": st.warning,
-               "not_judged": st.info}
 
 
 def _wide(df: pd.DataFrame, index: list[str], column: str, mean: str, std: str, order: list[str]) -> pd.DataFrame:
@@ -146,7 +146,8 @@ if verdicts.findings:
 else:
     st.info("These runs hold none of the comparisons (trained against untrained SPCN, traces against the n-gram "
             "window, the control tasks).")
-st.markdown(verdicts.rule)
+st.caption("Δ ± its std across seeds, each Δ formed within a seed; the rule that judges the paper's claims below "
+           "is beside their verdicts.")
 
 # -- the paper beside ours -----------------------------------------------------------------------------
 st.subheader("The paper's numbers beside ours")
@@ -161,8 +162,7 @@ st.caption("Sources: [A] the abstract, [S] the detailed summaries, [U] an unveri
            "paper's tables — shown, never tuned to; \"ours\": a baseline the paper does not have. SPCN is the probe "
            "on its traces. A verdict judges one of the paper's claims by the rule above; the paper's levels come "
            "from another grammar and are shown, not judged.")
-for v in verdicts.claims:
-    VERDICT_BOX[v.verdict](v.sentence)
+verdict_lines(structure_scores(verdicts.claims), verdicts.rule, key="structure_claims")
 
 # -- probe controls ------------------------------------------------------------------------------------
 st.subheader("Probe controls")

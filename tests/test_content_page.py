@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from apptest import ok, open_page
 
 from ema_core.content_findings import (NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
-                                      lm_variant_label, verdict_number)
+                                      headline_verdict, lm_variant_label, ratio_text, verdict_number)
 from ema_core.lm.token_classes import BANDS, CLASSES
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 from ema_core.verdicts import judge, spread
@@ -284,6 +284,21 @@ def test_every_chart_and_table_has_its_downloads(runs):
     assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 8
 
 
+def _lines(at: AppTest) -> list[str]:
+    """Every line of the page's Markdown (a verdict's full sentence is one "- " line in its expander)."""
+    return [line for m in at.markdown for line in m.value.splitlines()]
+
+
+def test_the_headline_is_judged_by_the_rule(runs):
+    at = _page()
+    v = headline_verdict(lm_final_losses(runs).to_dict("records"))
+    assert v.delta.n == N
+    line = next(m.value for m in at.markdown if "-badge[" in m.value and "same-size GPT" in m.value)
+    assert f"{v.word}]" in line and f"perplexity ÷ GPT {ratio_text(v.ratio)}" in line
+    assert f"- {v.sentence}" in _lines(at)
+    assert any(m.value.startswith("**The rule.** Δ = SPEN linear's final validation loss") for m in at.markdown)
+
+
 def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
     at = _page()
     assert any(m.value.startswith("**The rule.**") and "paired by seed" in m.value
@@ -315,8 +330,10 @@ def test_the_verdict_is_the_rule_applied_to_the_numbers_shown(runs):
         word = "reproduced"
     else:
         word = "inconclusive at this budget"
-    boxes = [*at.success, *at.error, *at.warning]
-    sentence = next(b.value for b in boxes if b.value.lower().startswith(word))
+    # One line with the verdict's badge; the full sentence beside the rule, in the expander.
+    assert any("-badge[" in m.value and f"{word}]" in m.value and "Swapping SPEN's predictor" in m.value
+               for m in at.markdown)
+    sentence = next(line for line in _lines(at) if line.lower().startswith(f"- {word}"))
     # The sentence quotes the numbers of the table (the control's gain as a positive number of nats).
     quoted = verdict_number(d_claim if beyond_claim else -d_power if word == "reproduced" else d_power)
     assert quoted in sentence and verdict_number(t_claim if beyond_claim else t_power) in sentence
@@ -460,10 +477,12 @@ def test_the_gap_verdict_is_the_shared_rule_on_the_pre_registered_pools(runs):
     # 32-token windows: no recall token more than 64 back, so the second claim cannot be formed.
     assert spen.xs("recall_65_256", level="class")["tokens"].sum() == 0
     assert grows["verdict"] == "not measured" and grows["seeds"] == 0 and grows["Δ (nats/token)"] == ""
-    boxes = [b.value for b in [*at.success, *at.error, *at.warning, *at.info]]
-    assert any(b.startswith("The gap concentrates on recall tokens") and verdict_number(d.mean) in b
-               and b.endswith(f"— {concentrates['verdict']}.") for b in boxes)
-    assert any(b.startswith("The gap grows with the recall distance") and "not measured" in b for b in boxes)
+    lines = _lines(at)
+    assert any(b.startswith("- The gap concentrates on recall tokens") and verdict_number(d.mean) in b
+               and b.endswith(f"— {concentrates['verdict']}.") for b in lines)
+    assert any(b.startswith("- The gap grows with the recall distance") and "not measured" in b for b in lines)
+    assert any(m.value.startswith(":gray-badge[") and "The gap grows with the recall distance" in m.value
+               for m in at.markdown)
     assert any(m.value.startswith("**The rule.** The gap of a class") for m in at.markdown)
 
 
@@ -581,8 +600,8 @@ def test_one_seed_and_no_pick(runs):
     assert (table["seeds"] == 1).all() and not table["perplexity"].str.contains("±").any()
     gap = _table(at, "the paper predicts")
     assert gap["verdict"].tolist() == ["not judged: 1 seed", "not measured"]
-    assert any(i.value.startswith("The gap concentrates") and i.value.endswith("— not judged: 1 seed.")
-               for i in at.info)
+    assert any(line.startswith("- The gap concentrates") and line.endswith("— not judged: 1 seed.")
+               for line in _lines(at))
     at.multiselect(key="content_runs").set_value([])
     ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)

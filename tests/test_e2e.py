@@ -255,6 +255,23 @@ def _scroll_to_top(locator) -> None:
     locator.evaluate("e => e.scrollIntoView({block: 'start'})")
 
 
+# The expanders that hold a verdict's rule, its full sentence and the numbers it reads (pages/_verdicts.py).
+VERDICT_EXPANDERS = re.compile(r"rule and (the )?numbers|comparisons the rule reads|claims' numbers")
+
+
+def _open_verdicts(page) -> None:
+    """Open every verdict expander of the page, so that the full sentences are on screen."""
+    for summary in page.locator("summary").filter(has_text=VERDICT_EXPANDERS).all():
+        if summary.evaluate("e => !e.parentElement.open"):
+            summary.click()
+
+
+def _verdict_line(page, claim: str, word: str):
+    """The one line that states a claim's verdict: its badge (the verdict's word), the claim in plain words."""
+    line = page.get_by_test_id("stMarkdownContainer").filter(has_text=claim).filter(has_text=word)
+    return line.first
+
+
 def _limit_texts(**settings) -> tuple[str, list[str]]:
     """What the Trace dilution page says of which limit applies at these settings (the rest at their
     defaults, the page's own), as the browser shows it: the summary's paragraph and one line per rate."""
@@ -465,6 +482,58 @@ def test_overview_links_and_quick_reproduction(app_url, chromium_browser):
         page.close()
 
 
+def test_the_overview_judges_every_claim_and_launches_the_missing_seeds(tmp_path, chromium_browser):
+    """A scratch data folder with one seed of a real structure run: the Overview shows a verdict per claim,
+    each "not judged: 1 seed"; its button launches the two missing seeds through the job runner; once
+    they finish, the same claims are judged on three seeds."""
+    from playwright.sync_api import expect
+
+    from ema_core.structure_findings import CLAIMS
+    from structure_fixture import make_structure_runs
+
+    home = tmp_path / "home"
+    make_structure_runs(home, (0,), real=True)
+    try:
+        with _serve(home, tmp_path / "server.log") as url:
+            page = chromium_browser.new_page()
+            try:
+                page.goto(url + "/")
+                board = page.locator(".st-key-overview_claims_structure")
+                board.wait_for(timeout=WAIT_MS)
+                lines = board.get_by_test_id("stMarkdownContainer")
+                expect(lines).to_have_count(len(CLAIMS))
+                for i in range(len(CLAIMS)):
+                    expect(lines.nth(i)).to_contain_text("not judged: 1 seed")
+                    expect(lines.nth(i)).to_contain_text("1 seed of the 3 the rule needs")
+                _no_exception(page)
+                page.get_by_role("button", name="Launch the missing seeds (2 runs)").click()
+                started = page.get_by_text(re.compile(r"Launched: structure-\w+-s1, structure-\w+-s2"))
+                started.wait_for(timeout=WAIT_MS)
+                run_ids = re.findall(r"structure-\w+-s\d", started.inner_text())
+                page.screenshot(path=str(SHOTS / "overview_launched.png"))
+                page.get_by_role("link", name="Follow them on the Jobs page").click()
+                page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
+                for run_id in run_ids:  # the jobs appear where every job is followed
+                    page.locator(f".st-key-job_{run_id}").wait_for(timeout=WAIT_MS)
+                deadline = time.monotonic() + WAIT_S
+                while any(_status(home, r).get("state") != "done" for r in run_ids):
+                    assert time.monotonic() < deadline, [_status(home, r) for r in run_ids]
+                    assert not any(_status(home, r).get("state") in ("failed", "crashed") for r in run_ids)
+                    time.sleep(1)
+                # Three seeds now: every claim judged, none "not judged", and no more seeds to launch.
+                page.goto(url + "/")
+                expect(board.get_by_test_id("stMarkdownContainer")).to_have_count(len(CLAIMS))
+                expect(board).to_contain_text("3 seeds")
+                expect(board).not_to_contain_text("not judged")
+                expect(page.get_by_role("button", name=re.compile("Launch the missing seeds"))).to_have_count(0)
+                page.screenshot(path=str(SHOTS / "overview_judged.png"), full_page=True)
+                _no_exception(page)
+            finally:
+                page.close()
+    finally:
+        _stop_workers(home)
+
+
 def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chromium_browser):
     # A first visitor landing on /jobs of a fresh server must still get app.py's router and
     # navigation (Streamlit would otherwise treat pages/ as a folder app: see pages/_router.py).
@@ -533,6 +602,7 @@ def _structure_verdicts(home: Path, run_ids: list[str]):
 def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
     from playwright.sync_api import expect
 
+    from ema_core.scoreboard import structure_scores
     from structure_fixture import make_structure_runs
 
     # Three seeds of the experiment itself (tiny sizes): the browser sees what a real run writes.
@@ -578,11 +648,14 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
         shows = page.get_by_role("heading", name="What these runs show")
         for f in findings:
             expect(page.get_by_text(f.sentence, exact=True)).to_be_visible()
+        for s in structure_scores(claims):  # each claim in one line: expected, measured, its verdict
+            expect(_verdict_line(page, s.claim, s.word)).to_be_visible()
+        _open_verdicts(page)
         page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
-        for v in claims:  # each claim's sentence, its Δ, spread and verdict word
+        for v in claims:  # and on demand its full sentence: Δ, spread and verdict word
             expect(page.get_by_text(v.sentence, exact=True)).to_be_visible()
         _scroll_to_top(shows)
-        for sentence in [f.sentence for f in findings] + [v.sentence for v in claims]:
+        for sentence in [f.sentence for f in findings]:
             expect(page.get_by_text(sentence, exact=True)).to_be_in_viewport()
         page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "structure_verdicts.png"))
@@ -595,7 +668,7 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     from playwright.sync_api import expect
 
     from lm_fixture import make_lm_runs
-    from ema_core.content_findings import ablation_verdict, verdict_number
+    from ema_core.content_findings import ablation_verdict, headline_verdict, verdict_number
     from store.content import lm_final_losses, lm_final_stats
     from store.export import mean_std
 
@@ -604,6 +677,7 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     run_ids = make_lm_runs(emalab_home, ("gpt", "linear", "softmax_state", "softmax_tokens"), (0, 1), real=True)
     stats = lm_final_stats(run_ids, home=emalab_home)
     verdict = ablation_verdict(lm_final_losses(run_ids, home=emalab_home).to_dict("records"))
+    headline = headline_verdict(lm_final_losses(run_ids, home=emalab_home).to_dict("records"))
     # SPEN linear ÷ the GPT of the same seed, as the paper's table shows it (two decimals).
     spen = stats[(stats["model"] == "spen") & (stats["predictor"] == "linear") & (stats["attn_input"] == "state")]
     ratios = {what: mean_std(float(spen[f"{col}_mean"].iloc[0]), float(spen[f"{col}_std"].iloc[0]), 2)
@@ -658,6 +732,9 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         claim_row = paper_rows.filter(has_text="Predictor ablation: attention predictors reading the state")
         expect(claim_row.locator("td").nth(2)).to_have_text(verdict.word)
         verdict_heading = page.get_by_role("heading", name="Verdict", exact=True)
+        expect(_verdict_line(page, "Swapping SPEN's predictor", verdict.word)).to_be_visible()
+        expect(_verdict_line(page, "same-size GPT", headline.word)).to_be_visible()
+        _open_verdicts(page)
         said = page.get_by_text(verdict.sentence, exact=True)
         expect(said).to_be_visible()
         page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
@@ -706,6 +783,7 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
     from boundary_fixture import TINY, make_boundary_runs
     from ema_core.boundary_findings import RECALL_LEVEL, claim_verdicts, reach_of
     from ema_core.experiments import build_config
+    from ema_core.scoreboard import boundary_scores
     from store.boundary import boundary_accuracy
 
     # One run of the experiment itself at tiny sizes, with two seeds inside it: what a real run writes,
@@ -731,9 +809,12 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
         page.get_by_text(f"The smallest state reaching {RECALL_LEVEL:g}", exact=True).wait_for(timeout=WAIT_MS)
         page.get_by_role("heading", name="The paper's hierarchy and the measured one").wait_for(timeout=WAIT_MS)
         page.get_by_text("The paper's claims", exact=False).first.wait_for(timeout=WAIT_MS)
-        page.get_by_text("Sanity checks", exact=False).first.wait_for(timeout=WAIT_MS)
-        for v in verdicts:  # each claim's and each check's sentence, its verdict word at its end
-            expect(page.get_by_text(v.sentence, exact=True)).to_be_visible(timeout=WAIT_MS)
+        page.get_by_text("they hold by construction or check the harness (the recipe trains").wait_for(timeout=WAIT_MS)
+        for sc in boundary_scores(verdicts):  # each claim and each check in one line, its full sentence on demand
+            expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible(timeout=WAIT_MS)
+        _open_verdicts(page)
+        for sc in boundary_scores(verdicts):
+            expect(page.get_by_text(sc.detail, exact=True)).to_be_visible(timeout=WAIT_MS)
         expect(page.get_by_text("not judged: 2 seeds").first).to_be_visible()
         page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
         page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)

@@ -72,7 +72,7 @@ def test_a_scores_line_says_expected_measured_verdict_and_strength():
     assert score(Spread(0.3, math.nan, 1)).evidence == "1 seed of the 3 the rule needs"
     assert score(Spread(math.nan, math.nan, 0)).evidence == "no run measures it"
     line = score(Spread(0.3, 0.05, 3)).line
-    assert line.startswith("A claim. Paper: 0.96. Here: 0.91 — **w**")
+    assert line == "A claim. Paper: 0.96. Here: 0.91 (|Δ| = 3.0× the threshold, 3 seeds)."
     assert plain("Gated beats decay at recall (MQAR accuracy, gated − decay > 0)") == "Gated beats decay at recall"
     assert plain("no formula") == "no formula"
 
@@ -142,7 +142,7 @@ def test_the_overview_shows_every_claim_and_launches_the_missing_seeds(empty_hom
     at = _overview()
     lines = [m.value for m in at.markdown if "-badge[" in m.value]
     assert len(lines) == 5 and all("not judged: 1 seed" in line for line in lines)
-    board = at.dataframe[0].value  # the board comes before the store's table
+    board = at.table[0].value
     assert list(board["verdict"]) == ["not judged: 1 seed"] * 5 and list(board["seeds"]) == [1] * 5
     at.button(key="overview_more_structure").click().run()
     assert not at.exception, [e.value for e in at.exception]

@@ -183,9 +183,11 @@ def test_the_page_states_what_the_numbers_show(runs):
         sel = overall("traces") - overall(f"{control}/traces")
         line = next(line for line in text.splitlines() if line.startswith("- Control") and keyed in line)
         assert f"{sel.mean():+.3f} ± {sel.std(ddof=1):.3f}" in line
-    # Each claim's verdict, in a box of its colour.
-    boxes = [b.value for b in [*at.success, *at.error, *at.warning] if "Δ =" in b.value]
-    assert len(boxes) == 5 and all("reproduced" in b or "inconclusive" in b for b in boxes)
+    # Each claim's verdict on one line (a badge of its colour first), its full sentence beside the rule.
+    lines = [m.value for m in at.markdown if "-badge[" in m.value]
+    assert len(lines) == 5 and all("reproduced" in b or "inconclusive" in b for b in lines)
+    assert all("Paper:" in b and "Here:" in b and "× the threshold, 3 seeds" in b for b in lines)
+    assert sum(line.startswith("- ") and "Δ =" in line and "threshold" in line for line in text.splitlines()) == 5
 
 
 def test_the_probe_control_table_shows_selectivity(runs):
@@ -222,8 +224,9 @@ def test_one_seed_draws_no_error_bars(runs):
     # One seed: no claim is judged (fewer than 3 seeds), and the table, the boxes and the sentences say so.
     assert set(table["verdict"]) == {"", "not judged: 1 seed"}
     assert any("not judged: 1 seed" in m.value for m in at.markdown)
-    assert at.info and all(b.value.endswith("— not judged: 1 seed.") for b in at.info if "Δ =" in b.value)
-    assert not [b for b in [*at.success, *at.error, *at.warning] if "Δ =" in b.value]
+    lines = [m.value for m in at.markdown if "-badge[" in m.value]
+    assert len(lines) == 5 and all(line.startswith(":gray-badge[") and "not judged: 1 seed" in line for line in lines)
+    assert all("1 seed of the 3 the rule needs" in line for line in lines)
     at.multiselect(key="structure_runs").set_value([])
     ok(at.run())
     assert any("Pick at least one run" in i.value for i in at.info)
