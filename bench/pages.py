@@ -11,6 +11,8 @@ rows came from, then loads every page under Streamlit's AppTest:
 * warm: a rerun of that same session, what every widget change costs at least.
 
 Each figure is the median of ``--repeats`` loads.  The target is 1.5 s per page, cold and warm.
+Then (unless ``--no-memory``) a real server over the same folder is walked through every page in
+Chromium, and its memory reported (:mod:`bench.app_memory`; target under 700 MiB).
 The dilution page does not read the store; it is measured all the same, since it is a page.
 
 The store is filled through DuckDB directly (a million JSON events would take minutes to
@@ -38,6 +40,7 @@ import streamlit as st
 from streamlit.logger import set_log_level
 from streamlit.testing.v1 import AppTest
 
+from bench import app_memory
 from bench.machine import machine_info as _machine_info
 from ema_core.rundir import run_id_for
 from jobs.runner import LocalRunner
@@ -408,6 +411,8 @@ def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Path, str |
     ap.add_argument("--home", type=Path, help="data folder to fill (must be empty or new; kept afterwards)")
     ap.add_argument("--pages", nargs="+", choices=list(PAGES), default=list(PAGES), help="pages to measure")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--no-memory", dest="memory", action="store_false",
+                    help="skip the walk through every page in Chromium that measures the app's memory")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.metric_rows < args.runs:
         ap.error("need at least one run and at least one metric row per run")
@@ -427,6 +432,7 @@ class _Run(NamedTuple):
     consistent: bool
     diag: dict
     pages: dict
+    memory: dict | None
 
 
 def _run(home: Path, args: argparse.Namespace) -> _Run:
@@ -445,7 +451,13 @@ def _run(home: Path, args: argparse.Namespace) -> _Run:
     diag = diagnostics(home)
     log("  " + ", ".join(f"{k} {v:.3f}" for k, v in diag.items()))
     log(f"loading {len(args.pages)} pages, {args.repeats} repeats each (cold/warm s) …")
-    return _Run(counts, fill_s, consistent, diag, measure(args.repeats, args.pages))
+    pages = measure(args.repeats, args.pages)
+    memory = None
+    if args.memory:
+        log("walking every page in Chromium for the app's memory …")
+        memory = app_memory.walk(home)
+        log(f"  {memory['start_mib']} MiB at start, {memory['end_mib']} MiB after the walk")
+    return _Run(counts, fill_s, consistent, diag, pages, memory)
 
 
 def _report(run: _Run, args: argparse.Namespace, argv: list[str] | None, machine: dict) -> dict:
@@ -454,7 +466,8 @@ def _report(run: _Run, args: argparse.Namespace, argv: list[str] | None, machine
     report = {"pages": run.pages, "runs": counts["runs"], "metric_rows": counts["metric_rows"],
               "result_rows": counts["result_rows"], "states": counts["states"],
               "fill_seconds": round(run.fill_s, 2), "first_ingest_was_noop": run.consistent,
-              "target_s": TARGET_S, "repeats": args.repeats, "diagnostics": run.diag, "machine": machine,
+              "target_s": TARGET_S, "repeats": args.repeats, "diagnostics": run.diag, "memory": run.memory,
+              "machine": machine,
               "command": "python -m bench.pages " + " ".join(argv if argv is not None else sys.argv[1:])}
     report["machine"]["loadavg_end"] = round(os.getloadavg()[0], 2)
     return report
@@ -470,6 +483,10 @@ def _print_report(report: dict, fill_s: float) -> None:
     for name, p in report["pages"].items():
         print(f"{name:36s} {p['cold_s']:8.3f} {p['warm_s']:8.3f}  {'PASS' if p['pass'] else 'FAIL'}")
     print("calls: " + ", ".join(f"{k} {v:.3f}" for k, v in report["diagnostics"].items()))
+    if report["memory"] is not None:
+        m = report["memory"]
+        print(f"app memory: {m['start_mib']} MiB at start, {m['end_mib']} MiB after every page "
+              f"(target < {m['target_mib']} MiB): {'PASS' if m['pass'] else 'FAIL'}")
     print(f"load average {machine['loadavg_start']} → {machine['loadavg_end']} on {machine['cores']} CPUs")
 
 

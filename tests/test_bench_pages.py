@@ -58,6 +58,13 @@ def test_bench_pages_tiny_json(tmp_path):
     for name, page in report["pages"].items():
         assert _seconds(page["cold_s"]) and _seconds(page["warm_s"]), name
         assert isinstance(page["pass"], bool), name
+    # The app's memory, read from the real server process as Chromium walks every page of the navigation.
+    from pages._router import NAV
+
+    memory = report["memory"]
+    assert list(memory["pages"]) == [stem for stem, _, _ in NAV] and memory["exceptions"] == []
+    assert 0 < memory["start_mib"] < memory["end_mib"] <= memory["peak_mib"]
+    assert isinstance(memory["pass"], bool) and memory["target_mib"] == 700
     assert all(_seconds(v) for v in report["diagnostics"].values()), report["diagnostics"]
     assert report["machine"]["cores"] >= 1 and report["machine"]["duckdb"]
     assert not (tmp_path / "unused").exists()  # the benchmark filled a folder of its own
