@@ -286,6 +286,8 @@ PAGES: dict[str, tuple[str | None, dict]] = {
     "structure": ("pages/structure.py", {}),
     "content": ("pages/content.py", {}),
     "jobs": ("pages/jobs.py", {}),
+    # The run table: every run the data folder holds, with its headline, notes and the settings filter.
+    "jobs_table": ("pages/jobs.py", {"tab": "Table"}),
     "export": ("pages/export.py", {}),
     "export_dilution_accuracy": ("pages/export.py", {"export_table": "dilution_accuracy"}),
     "export_dilution_accuracy_grouped": ("pages/export.py", {"export_table": "dilution_accuracy",

@@ -11,7 +11,7 @@ from ema_core.experiments import lm as lm_experiment
 from ema_core.scoreboard import OUTCOMES, RULE_LINE, STUDIES, missing_seeds
 from ema_core.verdicts import RULE_AS_TEST, VERDICT_MIN_SEEDS, VERDICT_WORDS
 from pages._router import ensure_router
-from pages._state import launch, read_store
+from pages._state import launch, read_store, result_link
 from pages._ui import table_downloads
 from pages._verdicts import verdict_lines
 from store import store_summary
@@ -89,7 +89,8 @@ for j in board:
     claim, source = PAPER_CLAIMS[j.study]
     with st.container(border=True, key=f"overview_study_{j.study}"):
         st.markdown(f"#### {study.title}\n{claim}  \n*Source: {source}.*")
-        st.page_link(study.page, label=f"Tested on: {study.title}", icon=":material/arrow_forward:")
+        # The link opens the page on the runs judged here, whichever its own default would be.
+        result_link(study.kind, j.run_ids, label=f"Tested on: {study.title}")
         if not j.run_ids:
             st.caption("No finished runs of this study yet: nothing judged.")
             continue

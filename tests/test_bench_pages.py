@@ -53,7 +53,7 @@ def test_bench_pages_tiny_json(tmp_path):
     assert report["result_rows"] > 0 and sum(report["states"].values()) == 20
     assert _seconds(report["fill_seconds"])
     assert report["first_ingest_was_noop"] is True  # the filled store holds exactly the run folders
-    assert {"overview", "overview_after_restart", "dilution", "structure", "content", "jobs", "export",
+    assert {"overview", "overview_after_restart", "dilution", "structure", "content", "jobs", "jobs_table", "export",
             "export_dilution_accuracy", "export_dilution_accuracy_grouped"} == set(report["pages"])
     for name, page in report["pages"].items():
         assert _seconds(page["cold_s"]) and _seconds(page["warm_s"]), name

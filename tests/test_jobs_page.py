@@ -79,8 +79,11 @@ def test_the_language_model_headlines_say_the_model_and_its_loss():
 
 # -- the page -----------------------------------------------------------------------------------------
 
-def _jobs_page(query: dict[str, str] | None = None) -> AppTest:
+def _jobs_page(query: dict[str, str] | None = None, tab: str | None = None) -> AppTest:
+    """The Jobs page, its URL holding ``query``; ``tab``: the tab open (only the open one is drawn)."""
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if tab is not None:
+        query = {**(query or {}), "tab": tab}
     for key, value in (query or {}).items():
         at.query_params[key] = value
     at.run()
@@ -136,7 +139,8 @@ def _table(at) -> pd.DataFrame:
 
 
 def test_the_run_table_filters_by_kind_state_setting_and_tag_and_keeps_notes(home, runs):
-    at = _jobs_page()
+    at = _jobs_page(tab="Table")
+    assert not at.get("progress")  # only the open tab is drawn: no job card behind the table
     table = _table(at)
     assert sorted(table["run_id"]) == sorted([*runs["base"], runs["other"], runs["dilution"]])
     assert list(table.columns) == ["run_id", "kind", "label", "state", "seed", "created", "run time (min)",
@@ -173,31 +177,31 @@ def test_the_run_table_filters_by_kind_state_setting_and_tag_and_keeps_notes(hom
 
 
 def test_the_config_diff_shows_what_two_runs_do_not_share(home, runs):
-    at = _jobs_page()
+    at = _jobs_page(tab="Compare configs")
     at.selectbox(key="run_a").select(runs["other"]).run()
     at.selectbox(key="run_b").select(runs["base"][0]).run()
-    diff = at.dataframe[1].value
+    diff = at.dataframe[0].value
     assert diff.values.tolist() == [["n_sentences", "300", "200"]]
     at.toggle(key="same").set_value(True).run()
-    diff = at.dataframe[1].value.set_index("setting")
+    diff = at.dataframe[0].value.set_index("setting")
     assert diff.loc["kind"].tolist() == ["structure", "structure", True]
     assert diff.loc["preset"].tolist() == ["test", "test", True] and not diff.loc["n_sentences", "same"]
     assert at.query_params["run_a"] == runs["other"] and at.query_params["same"] == "1"
     # Runs of two studies side by side.
     at.selectbox(key="run_b").select(runs["dilution"]).run()
-    diff = at.dataframe[1].value.set_index("setting")
+    diff = at.dataframe[0].value.set_index("setting")
     assert diff.loc["kind"].tolist() == ["structure", "dilution", False] and diff.loc["alphas", "run A"] == "—"
 
 
 def test_a_reload_keeps_the_filters_and_picks_named_in_the_url(home, runs):
-    at = _jobs_page({"kinds": "structure,retired_kind", "states": "done", "q": "n_sentences=300",
-                     "run_a": runs["other"], "run_b": "structure-gone-s0", "same": "1"})
+    at = _jobs_page({"kinds": "structure,retired_kind", "states": "done", "q": "n_sentences=300"}, tab="Table")
     assert at.multiselect(key="kinds").value == ["structure"]  # what the page no longer offers is dropped
     assert at.multiselect(key="states").value == ["done"] and at.text_input(key="q").value == "n_sentences=300"
     assert list(_table(at)["run_id"]) == [runs["other"]]
+    assert at.query_params["kinds"] == "structure"  # the URL says what the page shows
+    at = _jobs_page({"run_a": runs["other"], "run_b": "structure-gone-s0", "same": "1"}, tab="Compare configs")
     assert at.selectbox(key="run_a").value == runs["other"] and at.toggle(key="same").value is True
     assert at.selectbox(key="run_b").value != "structure-gone-s0"
-    assert at.query_params["kinds"] == "structure"  # the URL says what the page shows
 
 
 def test_a_results_page_picks_the_runs_its_url_names(home, runs):

@@ -144,6 +144,9 @@ def test_the_overview_shows_every_claim_and_launches_the_missing_seeds(empty_hom
     assert len(lines) == 5 and all("not judged: 1 seed" in line for line in lines)
     board = at.table[0].value
     assert list(board["verdict"]) == ["not judged: 1 seed"] * 5 and list(board["seeds"]) == [1] * 5
+    # Its page opens on the runs judged here (the picker reads them from the URL).
+    (link,) = [e.proto for e in at.get("page_link") if e.proto.label == "Tested on: Structure"]
+    assert link.page == "structure" and link.query_string == f"structure_runs={scoreboard()[0].run_ids[0]}"
     at.button(key="overview_more_structure").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert [(kind, cfg["seed"]) for kind, cfg, _ in registered] == [("structure", 0), ("structure", 1)]
