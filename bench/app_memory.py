@@ -56,21 +56,26 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def serve(home: Path):
-    """The app on a free loopback port over ``home``: yields (url, server process)."""
+def serve(home: Path, log: Path | None = None):
+    """``streamlit run app.py`` on a free loopback port with ``EMALAB_HOME=home``: yields (url, server
+    process).  Its output goes to ``log`` (else nowhere); a server that does not come up raises with
+    the log's tail.  The browser tests serve the app with it too."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, env={**os.environ, "EMALAB_HOME": str(home)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log, "wb") if log is not None else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+             # No reloading: an edit anywhere in the checkout would make Streamlit re-import the project's
+             # modules under the cached job runner.
+             "--server.fileWatcherType", "none"],
+            cwd=ROOT, env={**os.environ, "EMALAB_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + WAIT_S
         while not _healthy(url):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not come up on {url}")
+                tail = log.read_text(errors="replace")[-3000:] if log is not None else ""
+                raise RuntimeError(f"streamlit did not come up on {url}:\n{tail}")
             time.sleep(0.5)
         yield url, proc
     finally:
@@ -79,6 +84,7 @@ def serve(home: Path):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
 
 
 def _settle(page) -> None:

@@ -21,14 +21,12 @@ import os
 import re
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from bench.app_memory import serve
 
 pytestmark = pytest.mark.e2e
 
@@ -62,20 +60,6 @@ JOB_OVERRIDES = {
     "alphas": "0.5", "vocab": "32", "dim": "32", "max_lag": "4", "n_train": "1024", "n_test": "256",
     "steps": "12000", "batch": "256", "checkpoint_every": "500",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return r.read().decode().strip() == "ok"
-    except OSError:
-        return False
 
 
 def _status(home: Path, run_id: str) -> dict:
@@ -113,37 +97,13 @@ def emalab_home(tmp_path_factory):
 @contextlib.contextmanager
 def _serve(home: Path, log: Path):
     """``streamlit run app.py`` on a free loopback port with ``EMALAB_HOME=home``; yields its URL."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "EMALAB_HOME": str(home)}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "streamlit", "run", "app.py",
-                "--server.headless", "true",
-                "--server.address", "127.0.0.1",
-                "--server.port", str(port),
-                "--browser.gatherUsageStats", "false",
-                # No reloading while the tests run: an edit anywhere in the checkout would make
-                # Streamlit re-import the project's modules under the cached job runner.
-                "--server.fileWatcherType", "none",
-            ],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not come up on {url}:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with serve(home, log) as (url, _):
+            yield url
+    except RuntimeError as exc:
+        if "did not come up" not in str(exc):
+            raise
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -7,87 +7,14 @@ leaves them (tests/structure_fixture.py): nothing trains here.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+# One way to serve the app and drive Chromium for every browser test (tests/test_e2e.py).
+from test_e2e import WAIT_MS, _no_exception, _serve, chromium_browser  # noqa: F401
+
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EXCEPTIONS = '[data-testid="stException"]'
-# Liveness only: how long to wait for something that must happen (the server up, a page drawn) before
-# calling it stuck; never a speed target.
-WAIT_S = 600
-WAIT_MS = WAIT_S * 1000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return r.read().decode().strip() == "ok"
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def _serve(home: Path, log: Path):
-    """``streamlit run app.py`` on a free loopback port with ``EMALAB_HOME=home``; yields its URL."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "EMALAB_HOME": str(home)}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-             # No reloading while the test runs: an edit anywhere in the checkout would re-import modules.
-             "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not come up on {url}:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on the PATH (`make chromium` installs Debian's)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def _page(browser):
@@ -98,10 +25,6 @@ def _page(browser):
 
 def _settled(page) -> None:
     page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-
-
-def _no_exception(page) -> None:
-    assert page.locator(EXCEPTIONS).count() == 0, page.locator(EXCEPTIONS).first.inner_text()
 
 
 def _open_notes_of(page, app_url: str, run_id: str) -> None:
@@ -119,7 +42,7 @@ def _open_notes_of(page, app_url: str, run_id: str) -> None:
     _settled(page)
 
 
-def test_a_note_outlives_a_restart_and_a_url_picks_runs(tmp_path, chromium):
+def test_a_note_outlives_a_restart_and_a_url_picks_runs(tmp_path, chromium_browser):
     from playwright.sync_api import expect
 
     from structure_fixture import make_structure_runs
@@ -130,7 +53,7 @@ def test_a_note_outlives_a_restart_and_a_url_picks_runs(tmp_path, chromium):
     note, tags = "seed 1 of the 200-sentence grammar: the one to compare", "baseline, seeds"
 
     with _serve(home, tmp_path / "first.log") as app_url:
-        page = _page(chromium)
+        page = _page(chromium_browser)
         try:
             # A finished run's bar is its state's colour (Streamlit's green), not the theme's blue.
             page.goto(app_url + "/jobs")
@@ -148,7 +71,7 @@ def test_a_note_outlives_a_restart_and_a_url_picks_runs(tmp_path, chromium):
 
     # The same data folder, a new server: its first visitor follows a link that names two runs.
     with _serve(home, tmp_path / "second.log") as app_url:
-        page = _page(chromium)
+        page = _page(chromium_browser)
         try:
             page.goto(f"{app_url}/structure?structure_runs={other},{base[1]},structure-gone-s0")
             page.get_by_role("heading", name="Structure", exact=True).wait_for(timeout=WAIT_MS)

@@ -1,27 +1,22 @@
 """The Jobs page as a run list: each kind's headline, the cards of finished runs, the run table with its
 filters, notes and tags, the config diff, and the page state kept in the URL (AppTest, a real store)."""
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from apptest import APP, TIMEOUT
 from ema_core.experiments import REGISTRY, NullReporter, build_config, headline
 from ema_core.rundir import RunDir
 from finished_run import write_finished_run
 from store import run_notes
 from structure_fixture import make_structure_runs, synthetic_result
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-# Liveness only: a script run that has not ended by then is stuck, however busy the machine.
-TIMEOUT = 600
-
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+def home(empty_home):
+    return empty_home
 
 
 # -- each kind's headline -----------------------------------------------------------------------------
