@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from ema_core.config import resolve_setting, setting_fields
 from ema_core.experiments import REGISTRY, build_config
 from jobs import cli
+from store.export import EXPORT_TABLES
 
 CONFIG = REGISTRY["dilution"].config_cls
 FIELDS = setting_fields(CONFIG)  # by dotted path: stream.vocab, train.steps, …
@@ -49,6 +50,15 @@ def _bounds(name: str) -> tuple[float | None, float | None]:
         lo = getattr(m, "ge", getattr(m, "gt", lo))
         hi = getattr(m, "le", getattr(m, "lt", hi))
     return lo, hi
+
+
+def _open_bounds(name: str) -> tuple[bool, bool]:
+    """Whether the lower and upper bounds are excluded (gt, lt): then the bound itself is a bad value."""
+    lo_open = hi_open = False
+    for m in FIELDS[name].metadata:
+        lo_open = hasattr(m, "gt") or (lo_open and not hasattr(m, "ge"))
+        hi_open = hasattr(m, "lt") or (hi_open and not hasattr(m, "le"))
+    return lo_open, hi_open
 
 
 def _int_parses(text: str) -> bool:
@@ -78,9 +88,11 @@ def bad_int(name: str) -> st.SearchStrategy[str]:
 
 def bad_float(name: str) -> st.SearchStrategy[str]:
     lo, hi = _bounds(name)
+    lo_open, hi_open = _open_bounds(name)
     return st.one_of(
-        st.floats(max_value=lo, allow_nan=False).map(repr),  # lr > 0: zero and below
-        st.floats(min_value=hi, exclude_min=True).map(repr),
+        # lr > 0: zero and below; noise ≥ 0: below zero only (0.0 is a good value)
+        st.floats(max_value=lo, exclude_max=not lo_open, allow_nan=False).map(repr),
+        st.floats(min_value=hi, exclude_min=not hi_open).map(repr),
         st.sampled_from(NOT_A_VALUE + ["true", "false", "[0.1]", "-0.0"]),
         junk_text,
     )
@@ -249,7 +261,10 @@ def _refused(argv: list[str], world) -> str:
 # --- bad command lines ---------------------------------------------------------------------------
 
 COMMANDS = {"run", "jobs", "export", "store", "bench"}
-TABLES = ["runs", "metrics_final", "dilution_accuracy", "probe_accuracy", "lm_eval", "bench_figures"]
+# Every table the CLI exports (the studies register theirs when the store is imported): a "wrong" table
+# name must be none of them.  Hypothesis also draws string constants from the modules loaded, so after
+# the boundary study's are, "boundary_dev_curve" is a likely draw, and a real table.
+TABLES = sorted(EXPORT_TABLES)
 # A token argparse takes as a value or a positional: not an option, not the help flag.
 plain = st.text(min_size=1, max_size=24).filter(lambda t: not t.startswith("-"))
 unknown_option = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).map(lambda s: "--zz" + s)
@@ -283,8 +298,8 @@ def bad_argv(draw, run_id: str) -> list[str]:
             lambda t: ["bench", t],
             lambda t: ["export", "--table", t, "--format", "csv"],
             lambda t: ["export", "--table", "runs", "--format", t],
-        ]))(draw(plain.filter(lambda t: t not in {"dilution", *PRESETS, "list", "show", "cancel", "resume", "logs",
-                                                   "migrate", "check", "scan", "dilution-page", *TABLES, "csv",
+        ]))(draw(plain.filter(lambda t: t not in {*REGISTRY, *PRESETS, "list", "show", "cancel", "resume", "logs",
+                                                   "migrate", "check", *cli.BENCHES, *TABLES, "csv",
                                                    "latex", "markdown"})))
     elif kind == "int":
         argv = draw(st.sampled_from([
