@@ -99,7 +99,7 @@ class ResultPage(NamedTuple):
 
 # Where a kind's finished runs are shown: each judged study on its own page (ema_core.scoreboard.STUDIES,
 # whose run picker is keyed "<page>_runs"), the dilution sweep's tables on Export, re-evaluations on Content.
-RESULT_PAGES = {"dilution": ResultPage("pages/export.py", "Export"),
+RESULT_PAGES = {"dilution": ResultPage("pages/export.py", "Export", "export_runs"),
                 **{s.kind: ResultPage(s.page, s.title, f"{Path(s.page).stem}_runs") for s in STUDIES.values()},
                 "lm_eval": ResultPage(STUDIES["content"].page, STUDIES["content"].title)}
 

@@ -5,7 +5,7 @@ import streamlit as st
 
 from ema_core.tables import preview_formats
 from pages._router import ensure_router
-from pages._state import read_store
+from pages._state import from_url, read_store, to_url
 from pages._ui import chart_with_downloads
 from store import EMPTY, EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
 
@@ -19,13 +19,21 @@ st.markdown(
 
 runs = read_store(lambda: list_runs(limit=None))
 
+choices = list(runs["run_id"]) if len(runs) else []
+# The table, the runs and the grouping live in the URL too: a link (a finished run's card) or a reload
+# opens the same export.
+from_url("export_table", list(EXPORT_TABLES))
+from_url("export_runs", choices, many=True)
+from_url("export_grouped", flag=True)
 table = st.selectbox("Table", list(EXPORT_TABLES), format_func=lambda n: f"{n} — {EXPORT_TABLES[n].description}",
                      key="export_table")
-choices = list(runs["run_id"]) if len(runs) else []
 picked = st.multiselect("Runs (none picked: all)", choices, key="export_runs")
 can_group = table in GROUPABLE
 grouped = st.toggle("Group equal configs across seeds (mean ± std)", key="export_grouped", disabled=not can_group,
                     help=None if can_group else f"{table} is not grouped across seeds")
+for key, value, default in (("export_table", table, next(iter(EXPORT_TABLES))), ("export_runs", picked, None),
+                            ("export_grouped", grouped, None)):
+    to_url(key, value, default)
 run_ids = picked or None
 
 try:

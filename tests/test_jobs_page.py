@@ -10,7 +10,7 @@ from apptest import APP, TIMEOUT
 from ema_core.experiments import REGISTRY, NullReporter, build_config, headline
 from ema_core.rundir import RunDir
 from finished_run import write_finished_run
-from store import run_notes
+from store import EXPORT_TABLES, run_notes
 from structure_fixture import make_structure_runs, synthetic_result
 
 
@@ -126,7 +126,7 @@ def test_a_finished_runs_card_shows_its_state_run_time_headline_and_page(home, r
     links = {(p.proto.label, p.proto.query_string) for p in at.get("page_link")}
     for run_id in (*runs["base"], runs["other"]):  # each opens its page with itself picked
         assert ("Open on Structure", f"structure_runs={run_id}") in links
-    assert ("Open on Export", "") in links  # the Export page picks no runs from the URL
+    assert ("Open on Export", f"export_runs={runs['dilution']}") in links  # picked there too
 
 
 def _table(at) -> pd.DataFrame:
@@ -215,3 +215,24 @@ def test_a_results_page_picks_the_runs_its_url_names(home, runs):
     picked = at.multiselect(key="structure_runs").value
     assert sorted(picked) in (sorted(runs["base"]), [runs["other"]])
     assert at.query_params["structure_runs"] == ",".join(picked)
+
+
+def test_the_export_page_opens_the_table_runs_and_grouping_its_url_names(home, runs):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in {"export_table": "probe_accuracy", "export_runs": f"{runs['other']},structure-gone-s0",
+                       "export_grouped": "1"}.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page("pages/export.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="export_table").value == "probe_accuracy"
+    assert at.multiselect(key="export_runs").value == [runs["other"]]  # a run that left the store is dropped
+    assert at.toggle(key="export_grouped").value is True
+    at.selectbox(key="export_table").select("dilution_accuracy").run()
+    assert at.query_params["export_table"] == "dilution_accuracy" and at.query_params["export_runs"] == runs["other"]
+    at.selectbox(key="export_table").select(next(iter(EXPORT_TABLES))).run()
+    assert "export_table" not in at.query_params  # the default table: the URL names only what was chosen
+    # A finished dilution run's link opens Export with that run picked.
+    from pages._state import RESULT_PAGES
+
+    assert RESULT_PAGES["dilution"].picks == "export_runs"
