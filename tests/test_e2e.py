@@ -450,6 +450,7 @@ def test_the_overview_judges_every_claim_and_launches_the_missing_seeds(tmp_path
     from playwright.sync_api import expect
 
     from ema_core.structure_findings import CLAIMS
+    from jobs.runner import LocalRunner
     from structure_fixture import make_structure_runs
 
     home = tmp_path / "home"
@@ -476,11 +477,13 @@ def test_the_overview_judges_every_claim_and_launches_the_missing_seeds(tmp_path
                 page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
                 for run_id in run_ids:  # the jobs appear where every job is followed
                     page.locator(f".st-key-job_{run_id}").wait_for(timeout=WAIT_MS)
-                deadline = time.monotonic() + WAIT_S
-                while any(_status(home, r).get("state") != "done" for r in run_ids):
-                    assert time.monotonic() < deadline, [_status(home, r) for r in run_ids]
-                    assert not any(_status(home, r).get("state") in ("failed", "crashed") for r in run_ids)
-                    time.sleep(1)
+                # The runner's own wait (liveness only, WAIT_S): each job ends done, not failed or crashed.
+                watcher = LocalRunner(home=home, slots=1)
+                try:
+                    for run_id in run_ids:
+                        assert watcher.wait(run_id, timeout=WAIT_S) == "done", watcher.logs(run_id)
+                finally:
+                    watcher.close()
                 # Three seeds now: every claim judged, none "not judged", and no more seeds to launch.
                 page.goto(url + "/")
                 expect(board.get_by_test_id("stMarkdownContainer")).to_have_count(len(CLAIMS))
