@@ -62,7 +62,7 @@ class Reporter(Protocol):
 
     # Optional, not part of the protocol's check: a reporter may also offer ``cell_pool(workers)``, a
     # pool over a cluster's workers for an experiment that trains independent units in parallel (the
-    # boundary map's cells; see ema_core.experiments.boundary.LocalCellPool for what a pool does).
+    # boundary map's cells; see ema_core.experiments.cells.LocalCellPool for what a pool does).
     # The job runner's reporter has one on Ray; without it the experiment uses this machine's processes.
 
 

@@ -59,7 +59,7 @@ class RayCellPool:
     """A run's independent units (the boundary map's cells) as Ray tasks of one CPU each, placed by
     Ray over the whole cluster, not in processes of the node the run itself landed on.
 
-    The pool :func:`ema_core.experiments.boundary._run_parallel` expects (see ``LocalCellPool``
+    The pool :func:`ema_core.experiments.cells.run_parallel` expects (see ``LocalCellPool``
     there): ``submit`` returns a :class:`concurrent.futures.Future` of the unit's outcome; ``stop``
     cancels every unit not yet finished (a running one's process is killed; it trains again on
     resume) and ends its future with None; ``shutdown`` writes one line to the run's log saying

@@ -108,7 +108,7 @@ def test_build_config_errors_are_one_clear_line(kwargs, message):
 
 
 def test_unknown_kind_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: boundary, dilution, lm, lm_eval, structure$"):
+    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: boundary, depth, dilution, lm, lm_eval, structure$"):
         build_config("nope")
     with pytest.raises(ValueError, match="known kinds"):
         get_experiment("nope")

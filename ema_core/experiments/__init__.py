@@ -18,12 +18,12 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ema_core.config import config_error, nest, resolve_setting, setting_fields
-from ema_core.experiments import boundary, dilution_sweep, lm, lm_eval, structure
+from ema_core.experiments import boundary, depth, dilution_sweep, lm, lm_eval, structure
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 
 # A small explicit map, in the order pages and the CLI list the kinds (the paper's studies first,
 # extensions after): a kind not listed here is rejected when its config is built.
-REGISTRY: dict[str, Experiment] = {m.EXPERIMENT.kind: m.EXPERIMENT for m in (dilution_sweep, structure, lm, boundary,
+REGISTRY: dict[str, Experiment] = {m.EXPERIMENT.kind: m.EXPERIMENT for m in (dilution_sweep, structure, lm, boundary, depth,
                                                                           lm_eval)}
 
 __all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "build_config",

@@ -29,15 +29,7 @@ accuracy}} (mean over seeds and MQAR sizes); ``tuned_on`` says where the rates w
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import multiprocessing
-import os
-import signal
-import sys
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Literal, NamedTuple
 
 import torch
@@ -46,9 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.boundary import (Difficulty, TaskConfig, Trainer, accuracy, chance, exclusion_floor, make_data,
                                mqar_fits, task_seed)
 from ema_core.boundary_findings import TASKS, TaskName
+from ema_core.experiments.cells import one_thread, restore_cells, run_parallel, save_cells, stop_requested
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
-from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
+from ema_core.protocol import Cancelled, Experiment, Reporter
 
 KIND = "boundary"
 # 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone).
@@ -326,7 +319,7 @@ def run(cfg: BoundaryConfig, reporter: Reporter) -> dict:
     t_start = time.perf_counter()
     check_mixers(cfg)  # before any cell trains, and again on resume: the code may have changed since
     grid = cells(cfg)
-    done, elapsed_before = _restore(cfg, reporter)
+    done, elapsed_before = restore_cells(reporter, KIND, cfg, CHECKPOINT_FORMAT)
 
     def elapsed() -> float:
         return elapsed_before + time.perf_counter() - t_start
@@ -342,13 +335,13 @@ def run(cfg: BoundaryConfig, reporter: Reporter) -> dict:
                                                  f"{f' · d={cell.width}' if other_width else ''} "
                                                  f"→ {row['accuracy']:.3f}")
         if len(done) < len(grid):
-            _checkpoint(cfg, reporter, done, elapsed())
+            save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
 
     todo = [i for i in range(len(grid)) if i not in done]
     complete = (_run_parallel if cfg.workers > 1 and len(todo) > 1 else _run_serial)(cfg, grid, todo, reporter,
                                                                                       finished)
     if not complete:  # stopped: the cells done are kept, the ones cut short start again on resume
-        _checkpoint(cfg, reporter, done, elapsed())
+        save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
         raise Cancelled(len(done))
     reporter.progress(1.0, "done")
     outcomes = [(grid[i], done[i]) for i in range(len(grid))]
@@ -396,127 +389,17 @@ def _run_serial(cfg, grid, todo, reporter, finished) -> bool:
 
 
 def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:
-    """The cells over ``cfg.workers`` processes of this machine, or over a cluster's workers where the
-    reporter offers a pool (``reporter.cell_pool``: a run started on Ray spreads its cells there)."""
     # The longest cells first (MQAR's, at its length and steps): a long cell handed out last would
     # leave the other workers idle while it finishes.  Rows do not depend on the order.
     order = sorted(todo, key=lambda i: -cell_size(cfg, grid[i]))
-    workers = min(cfg.workers, len(todo))
-    cluster = getattr(reporter, "cell_pool", None)
-    pool = cluster(workers) if cluster is not None else LocalCellPool(workers)
-    futures = {pool.submit(_worker_cell, cfg, *grid[i]): i for i in order}
-    seen = set()  # the futures whose outcome was read (a row goes to ``finished`` once)
-
-    def keep(fut) -> None:
-        seen.add(fut)
-        if (outcome := fut.result()) is not None:  # a cell's exception is the run's
-            finished(futures[fut], outcome)
-
-    try:
-        pending = set(futures)
-        while pending:
-            ready, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            for fut in ready:
-                keep(fut)
-            if pending and reporter.should_stop():
-                pool.stop()
-                for fut in pending:
-                    fut.cancel()
-                for fut in pending:  # the running cells end at their next step, their outcome None
-                    if not fut.cancelled():
-                        keep(fut)
-                return False
-        return True
-    except BaseException:
-        # A cell failed (or the parent was interrupted): without this the pool's exit would train
-        # every queued cell before the error surfaced, hours on a full map, and record none of them.
-        # Queued cells are cancelled, running ones stop at their next step, finished ones are kept.
-        pool.stop()
-        pool.shutdown(wait=True, cancel_futures=True)
-        for fut in futures:
-            if fut not in seen and not fut.cancelled() and fut.exception() is None:
-                with contextlib.suppress(Exception):  # the cell's error is the one to raise
-                    keep(fut)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-class LocalCellPool:
-    """The cells in processes of this machine.  What a pool does for :func:`_run_parallel` (a
-    cluster's, :class:`jobs.ray_backend.RayCellPool`, does the same): ``submit`` a cell, returning a
-    :class:`concurrent.futures.Future` of its outcome; ``stop`` the running cells, whose futures then
-    end with None (cut short: trained again on resume); ``shutdown``."""
-
-    def __init__(self, workers: int):
-        # Spawned, not forked: the parent may hold torch's thread pools (or a Ray worker's state),
-        # which a forked child inherits half-initialised.
-        ctx = multiprocessing.get_context("spawn")
-        self._stop = ctx.Event()  # one shared event: each cell checks it at every step
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                                         initargs=(self._stop, os.getpid()))
-
-    def submit(self, fn, *args):
-        return self._pool.submit(fn, *args)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-
-_STOP = None
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _worker_init(stop, parent: int) -> None:
-    global _STOP
-    _STOP = stop
-    torch.set_num_threads(1)
-    _die_with(parent)
-
-
-def _die_with(parent: int) -> None:
-    """End this worker when the process that started it ends, however it ends.  A parent killed with
-    SIGKILL runs no clean-up: its pool's workers would go on training under PID 1, holding their
-    memory, and a resume would start a new set beside them.  On Linux the kernel sends the worker
-    SIGKILL when its parent dies (PR_SET_PDEATHSIG; the pool is started from the thread that calls
-    ``run``, which outlives it); elsewhere a thread watches the parent.  A parent that died before
-    this ran is seen by the check that follows.  multiprocessing's resource tracker ends by itself
-    once the workers, the last holders of its pipe, are gone."""
-    armed = False
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-    if not armed:
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(1.0)
-            os._exit(1)
-
-        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-    if os.getppid() != parent:
-        os._exit(1)
+    # ``_worker_cell`` is looked up now, not bound at import: a test replaces it on this module.
+    return run_parallel([(i, (cfg, *grid[i])) for i in order], cfg.workers, reporter, finished, _worker_cell)
 
 
 def _worker_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: int) -> dict | None:
     # A local pool's worker checks the shared stop event; a cluster's is stopped by its pool instead.
     with one_thread():
-        return run_cell(cfg, mixer, d, seed, width, _STOP.is_set if _STOP is not None else (lambda: False))
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Every cell on one torch thread: a float sum split over threads is added in an order that
-    depends on their number, and the map must not depend on ``workers`` or on the machine's cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+        return run_cell(cfg, mixer, d, seed, width, stop_requested)
 
 
 def cell_steps(cfg: BoundaryConfig, d: Difficulty) -> int:
@@ -623,22 +506,6 @@ def summarise(cfg: BoundaryConfig, rows: list[dict], seconds: float, recall: lis
         "seeds": cfg.seeds,
         "tuned_on": "dev",
     }
-
-
-def _restore(cfg: BoundaryConfig, reporter: Reporter) -> tuple[dict[int, dict], float]:
-    """The cells done (by their index in ``cells(cfg)``) and the seconds spent, from the checkpoint."""
-    ckpt = reporter.load_checkpoint()
-    if ckpt is None:
-        return {}, 0.0
-    _, state = ckpt
-    check_checkpoint(state, what="boundary checkpoint", fmt=CHECKPOINT_FORMAT, keys=("done", "elapsed"),
-                     expect={"config": StoredConfig(KIND, cfg)})
-    return {int(i): dict(outcome) for i, outcome in state["done"]}, float(state["elapsed"])
-
-
-def _checkpoint(cfg: BoundaryConfig, reporter: Reporter, done: dict[int, dict], elapsed: float) -> None:
-    reporter.save_checkpoint(len(done), {"format": CHECKPOINT_FORMAT, "config": cfg.model_dump_json(),
-                                         "done": sorted(done.items()), "elapsed": elapsed})
 
 
 def headline(summary: dict) -> str:

@@ -3,6 +3,9 @@
     >>> check_causal(build_mixer("gated_linear_attn", d=16))       # a mixer: (B, T, D) → (B, T, D)
     >>> check_causal(MixerNet("ema", vocab=20, n_classes=3))        # a model: tokens (B, T) → (B, T, C)
 
+A model of another family is fed tokens too when it says its vocabulary (``token_vocab``, as the depth
+comparison's language models do) and names itself (``name``).
+
 Both return None, or raise ``ValueError`` naming the mixer, the first output position that moved and
 the step after which the inputs were changed.  The tests hold every registered mixer to it, and a
 boundary run calls it on every mixer of its config before training anything, so a mixer that reads
@@ -34,8 +37,12 @@ def check_causal(module: nn.Module, T: int = 40, d: int | None = None, batch: in
     param = next(module.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
-    if isinstance(module, MixerNet):
-        name, vocab = module.mixer_name, module.embed.num_embeddings
+    tokens = isinstance(module, MixerNet) or getattr(module, "token_vocab", None) is not None
+    if tokens:
+        if isinstance(module, MixerNet):
+            name, vocab = module.mixer_name, module.embed.num_embeddings
+        else:
+            name, vocab = getattr(module, "name", "") or type(module).__name__, int(module.token_vocab)
         if vocab < 2:
             raise ValueError(f"mixer {name!r}: the causality probe changes tokens, so it needs a vocabulary of ≥ 2")
 

@@ -1,0 +1,243 @@
+"""The depth comparison's models: each residual rule against its float64 reference, exactly causal,
+matched in size; the probes; and the experiment end to end on a tiny grid."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ema_core.depth import RULES
+from ema_core.depth.probes import frequent_tokens, ridge_r2, split_windows, token_probe
+from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthConfig, DepthLM, depth_weights, params, reference_mix,
+                                     reference_streams)
+from ema_core.experiments import REGISTRY, NullReporter, build_config
+from ema_core.mixers.causality import check_causal
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small(rule: str, layers: int = 4, **kw) -> DepthConfig:
+    return DepthConfig(vocab_size=31, d_model=16, n_heads=2, d_ff=24, n_layers=layers, seq_len=12, rule=rule, **kw)
+
+
+def _perturbed(model: DepthLM, seed: int = 1) -> DepthLM:
+    """The model with every mixing parameter moved off its starting point (a one-hot α or a zero gate
+    would let a wrong index pass)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.mix.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return model
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_fast_path_matches_the_float64_reference_outputs_final_stream_and_gradients(rule):
+    model = _perturbed(DepthLM(small(rule), seed=3)).double()
+    idx = torch.randint(0, 31, (2, 7), generator=torch.Generator().manual_seed(0))
+    fast = model.streams(idx)
+    ref = reference_streams(model, idx)
+    for a, b in zip(fast["outputs"], ref["outputs"]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fast["final"], ref["final"], rtol=1e-12, atol=1e-12)
+    # Gradients of one scalar of the final stream, through both paths, into every parameter.
+    g = torch.randn(fast["final"].shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    grads = []
+    for s in (model.streams(idx), reference_streams(model, idx)):
+        model.zero_grad()
+        (s["final"] * g).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    if rule != "sum":
+        assert any(n.startswith("mix.") for n in grads[0]), "the rule's own parameters get no gradient"
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-10, atol=1e-12, msg=n)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_float32_fast_path_stays_within_rounding_of_the_float64_reference(rule):
+    model = _perturbed(DepthLM(small(rule), seed=4))
+    idx = torch.randint(0, 31, (2, 9), generator=torch.Generator().manual_seed(2))
+    fast = model.streams(idx)["final"]
+    ref = reference_streams(model.double(), idx)["final"]
+    torch.testing.assert_close(fast.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_reference_is_not_the_fast_path_a_wrong_weight_is_seen():
+    """The reference is written independently: swap two α of block 3 and the chain breaks."""
+    model = _perturbed(DepthLM(small("static"), seed=5)).double()
+    idx = torch.randint(0, 31, (1, 5), generator=torch.Generator().manual_seed(3))
+    outs = model.streams(idx)["outputs"]
+    good = reference_mix("static", 3, outs, model.mix)
+    with torch.no_grad():
+        model.mix.alpha[2][[0, 3]] = model.mix.alpha[2][[3, 0]]
+    fast, _ = model.mix(3, outs)
+    assert not torch.allclose(fast, good)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_is_exactly_causal(rule):
+    check_causal(_perturbed(DepthLM(small(rule), seed=6)), T=12)
+
+
+def test_a_rule_that_mixes_across_tokens_is_caught_by_the_probe():
+    model = _perturbed(DepthLM(small("static"), seed=7))
+    mix = model.mix
+    original = mix.forward
+
+    def leaky(i, outs):  # reads the next token's output of block 0
+        z, w = original(i, outs)
+        return z + 1e-3 * torch.roll(outs[0], shifts=-1, dims=1), w
+
+    mix.forward = leaky
+    with pytest.raises(ValueError, match=r"depth\[static, 4 blocks\].* is not causal"):
+        check_causal(model, T=12)
+
+
+def test_static_and_select_start_as_or_near_the_standard_residual():
+    idx = torch.randint(0, 31, (2, 8), generator=torch.Generator().manual_seed(4))
+    base = DepthLM(small("sum"), seed=8)
+    static = DepthLM(small("static"), seed=8)
+    # The same body (the same draws for every block), and α one-hot on each block's own output.
+    torch.testing.assert_close(static(idx), base(idx), rtol=0, atol=0)
+    select = DepthLM(small("select"), seed=8)
+    rows = depth_weights(select, idx)
+    own = [r["weight"] for r in rows if r["layer"] == r["source"]]
+    assert own == pytest.approx([SELECT_INIT_SHARE] * 4, abs=1e-6)
+    assert sum(r["weight"] for r in rows if r["layer"] == 2) == pytest.approx(1.0)
+
+
+def test_depth_weights_are_lower_triangular_and_sum_draws_its_own_output():
+    idx = torch.randint(0, 31, (1, 6), generator=torch.Generator().manual_seed(5))
+    rows = depth_weights(DepthLM(small("sum", layers=3), seed=0), idx)
+    assert [(r["layer"], r["source"]) for r in rows] == [(i, j) for i in range(1, 4) for j in range(i + 1)]
+    assert [r["weight"] for r in rows if r["weight"] == 1.0] == [1.0, 1.0, 1.0]
+
+
+def test_parameters_match_within_one_percent_at_the_quick_depths():
+    for L in (4, 8, 16):
+        counts = {r: params(DepthConfig(vocab_size=4096, d_model=128, n_heads=4, d_ff=512, n_layers=L, seq_len=128,
+                                        rule=r)) for r in RULES}
+        assert max(counts.values()) / min(counts.values()) - 1 < 0.01, (L, counts)
+        assert counts["sum"] < counts["static"] < counts["select"]  # each rule's own parameters are counted
+
+
+def test_a_grid_whose_rules_are_not_matched_is_refused_with_the_gap():
+    with pytest.raises(ValueError, match=r"parameter counts differ by .*%.*at most 1%"):
+        build_config("depth", overrides={"model.d_model": 8, "model.n_heads": 1, "model.d_ff": 8,
+                                         "data.vocab_size": 257, "depths": "48"})
+
+
+def test_bad_settings_are_refused_by_name():
+    with pytest.raises(ValueError, match="rules"):
+        build_config("depth", overrides={"rules": "sum,fancy"})
+    with pytest.raises(ValueError, match="depths.*more than once"):
+        build_config("depth", overrides={"depths": "4,4"})
+    with pytest.raises(ValueError, match="depths.*1 to 96"):
+        build_config("depth", overrides={"depths": "0"})
+
+
+# -- probes ---------------------------------------------------------------------------------------------
+
+
+def test_split_windows_is_three_disjoint_contiguous_parts():
+    a, b, c = split_windows(10)
+    assert list(a) + list(b) + list(c) == list(range(10)) and min(len(a), len(b), len(c)) >= 1
+    with pytest.raises(ValueError, match="at least 3 windows"):
+        split_windows(2)
+
+
+def test_ridge_r2_reads_a_linear_target_and_not_noise():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 20, 8))
+    Y = X @ rng.normal(size=(8, 3))
+    assert ridge_r2(X, Y) > 0.99
+    assert ridge_r2(X, rng.normal(size=(12, 20, 3))) < 0.1
+
+
+def test_token_probe_reads_identity_from_codes_and_sees_chance_without_them():
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 10, size=(12, 30))
+    codes = rng.normal(size=(10, 16))
+    frequent = frequent_tokens(tokens[:6].ravel(), 5)
+    assert len(frequent) == 5
+    assert token_probe(codes[tokens], tokens, frequent)["accuracy"] == 1.0
+    blind = token_probe(rng.normal(size=(12, 30, 16)), tokens, frequent)
+    assert blind["accuracy"] < 0.5 and 0 < blind["chance"] < 0.5
+
+
+# -- the experiment ------------------------------------------------------------------------------------
+
+TINY = {"depths": "1,2", "data.vocab_size": 257, "model.d_model": 32, "model.n_heads": 2, "model.d_ff": 128,
+        "train.seq_len": 16, "train.batch": 2, "train.steps": 6, "train.warmup": 1, "train.eval_every": 3,
+        "train.eval_tokens": 64, "train.final_eval_tokens": 256, "probe.windows": 6, "probe.classes": 8}
+
+
+@pytest.fixture(scope="module")
+def tiny_result(tmp_path_factory):
+    import os
+
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("EMALAB_HOME")
+    os.environ["EMALAB_HOME"] = str(home)
+    try:
+        cfg = build_config("depth", overrides={**TINY, "seeds": 2})
+        yield cfg, REGISTRY["depth"].run(cfg, NullReporter())
+    finally:
+        if old is None:
+            os.environ.pop("EMALAB_HOME")
+        else:
+            os.environ["EMALAB_HOME"] = old
+
+
+def test_the_run_reports_every_cell_and_the_map_the_cli_promises(tiny_result):
+    cfg, result = tiny_result
+    rows = result["tables"]["depth_results"]
+    assert len(rows) == 3 * 2 * 2 == result["summary"]["cells"]
+    m = result["summary"]["map"]
+    assert set(m) == set(RULES) and all(set(by) == {"1", "2"} for by in m.values())
+    assert all({"val_loss", "probe_token", "probe_early"} <= set(v) for by in m.values() for v in by.values())
+    for r in rows:
+        assert math.isfinite(r["val_loss"]) and 0 <= r["probe_token"] <= 1 and r["probe_early"] <= 1
+        assert r["lr"] == cfg.lr(r["rule"])
+    assert result["summary"]["param_gap"] < 0.01
+    # At one (depth, seed) the rules start from the same body and the same batches: sum and static
+    # are the same function at step 0, so their probes at initialisation agree exactly.
+    by = {(r["rule"], r["depth"], r["seed"]): r for r in rows}
+    for L in (1, 2):
+        assert by["sum", L, 0]["probe_token_init"] == by["static", L, 0]["probe_token_init"]
+
+
+def test_weights_rows_cover_every_layer_and_source(tiny_result):
+    _, result = tiny_result
+    w = result["tables"]["depth_weights"]
+    # per cell: Σ_{i=1..L} (i + 1) rows; L = 1: 2, L = 2: 5
+    assert len(w) == 3 * 2 * (2 + 5)
+    static = [r for r in w if r["rule"] == "static" and r["depth"] == 2 and r["seed"] == 0]
+    assert {(r["layer"], r["source"]) for r in static} == {(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)}
+
+
+def test_a_cancelled_run_resumes_cell_by_cell_to_the_same_rows(tiny_result):
+    cfg, result = tiny_result
+    cfg1 = cfg.model_copy(update={"seeds": 1})
+    rep = NullReporter(stop_after_checkpoints=2)
+    with pytest.raises(Exception, match="cancelled"):
+        REGISTRY["depth"].run(cfg1, rep)
+    rep.stop_after_checkpoints = None
+    again = REGISTRY["depth"].run(cfg1, rep)["tables"]["depth_results"]
+    first = [r for r in result["tables"]["depth_results"] if r["seed"] == cfg.seed]
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(again) == strip(first)
+
+
+def test_headline_names_the_deepest_depth(tiny_result):
+    _, result = tiny_result
+    line = REGISTRY["depth"].headline(result["summary"])
+    assert line.startswith("12 cells · val loss at 2 blocks: sum ")
