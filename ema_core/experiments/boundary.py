@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.boundary import (Difficulty, TaskConfig, Trainer, accuracy, chance, exclusion_floor, make_data,
                                mqar_fits, task_seed)
 from ema_core.boundary_findings import TASKS, TaskName
-from ema_core.experiments.cells import one_thread, restore_cells, run_parallel, save_cells, stop_requested
+from ema_core.experiments.cells import (one_thread, restore_cells, run_parallel, run_serial, save_cells,
+                                       stop_requested)
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.protocol import Cancelled, Experiment, Reporter
@@ -375,17 +376,12 @@ def check_mixers(cfg: BoundaryConfig) -> None:
 
 
 def _run_serial(cfg, grid, todo, reporter, finished) -> bool:
-    with one_thread():
-        for i in todo:
-            cell = grid[i]
-            d = cell.difficulty
-            reporter.progress(i / len(grid), f"cell {i + 1}/{len(grid)}: {cell.mixer} · {d.task} {d.label} · "
-                                             f"seed {cell.seed}")
-            outcome = run_cell(cfg, *cell, should_stop=reporter.should_stop)
-            if outcome is None:
-                return False
-            finished(i, outcome)
-    return True
+    def describe(i: int) -> str:
+        cell = grid[i]
+        return f"{cell.mixer} · {cell.difficulty.task} {cell.difficulty.label} · seed {cell.seed}"
+
+    # ``run_cell`` is looked up now, not bound at import: a test replaces it on this module.
+    return run_serial([(i, (cfg, *grid[i])) for i in todo], len(grid), reporter, finished, run_cell, describe)
 
 
 def _run_parallel(cfg, grid, todo, reporter, finished) -> bool:

@@ -60,6 +60,21 @@ def save_cells(reporter, cfg, fmt: int, done: dict[int, dict], elapsed: float) -
                                          "done": sorted(done.items()), "elapsed": elapsed})
 
 
+def run_serial(jobs: Iterable[tuple[int, tuple]], total: int, reporter, finished: Callable[[int, dict], None],
+               run_one: Callable[..., dict | None], describe: Callable[[int], str]) -> bool:
+    """The cells one after another in this process, on one thread: ``run_one(*args, should_stop=…)`` for
+    every ``(index, args)``, ``finished(index, outcome)`` after each; False when a cell was cut short by a
+    stop (its outcome None).  ``describe(index)`` names the cell in the progress line."""
+    with one_thread():
+        for i, args in jobs:
+            reporter.progress(i / total, f"cell {i + 1}/{total}: {describe(i)}")
+            outcome = run_one(*args, should_stop=reporter.should_stop)
+            if outcome is None:
+                return False
+            finished(i, outcome)
+    return True
+
+
 def run_parallel(jobs: Iterable[tuple[int, tuple]], workers: int, reporter, finished: Callable[[int, dict], None],
                  work: Callable[..., dict | None]) -> bool:
     """Run ``work(*args)`` for every ``(index, args)`` of ``jobs``, in the order given, over ``workers``

@@ -36,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import seed_field
 from ema_core.depth import RULES, Rule
-from ema_core.experiments.cells import one_thread, restore_cells, run_parallel, save_cells, stop_requested
+from ema_core.experiments.cells import (one_thread, restore_cells, run_parallel, run_serial, save_cells,
+                                       stop_requested)
 from ema_core.lm.data import LMDataConfig
 from ema_core.lm.gpt import NORMS
 from ema_core.lm.rates import AUTO, Auto
@@ -47,10 +48,10 @@ KIND = "depth"
 CHECKPOINT_FORMAT = 1
 # Parameters may differ between rules by at most this fraction at one depth (the 1 %).
 PARAM_TOLERANCE = 0.01
-# Each rule's peak rate where ``train.lr`` is "auto" (provisional: the GPT's tiny rate, until the sweep below
-# has chosen): chosen on a dev slice of the training text
-# (never the held-out novel) by ``python -m bench.depth_lr`` at the quick budget and 8 blocks, lowest
-# mean dev loss over seeds 0 and 1 (docs/benchmarks.md, The depth comparison's rates).
+# Each rule's peak rate where ``train.lr`` is "auto": chosen on a dev slice of the training text (never
+# the held-out novel) by ``python -m bench.depth_lr`` at the quick budget and 8 blocks, lowest mean dev
+# loss over seeds 0 and 1, from 1e-3, 3e-3 and 1e-2: 3e-3 for every rule (1e-2 diverged on seed 1 for
+# each; docs/benchmarks.md, The depth comparison's rates).
 AUTO_LR: dict[str, float] = {"sum": 3e-3, "static": 3e-3, "select": 3e-3}
 
 
@@ -349,7 +350,8 @@ def run(cfg: DepthConfig, reporter: Reporter) -> dict:
         complete = run_parallel([(i, (cfg, *grid[i])) for i in order], cfg.workers, reporter, finished,
                                 _worker_cell)
     else:
-        complete = _run_serial(cfg, grid, todo, reporter, finished)
+        complete = run_serial([(i, (cfg, *grid[i])) for i in todo], len(grid), reporter, finished, run_cell,
+                              lambda i: f"{grid[i].rule} · {grid[i].depth} blocks · seed {grid[i].seed}")
     if not complete:
         save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
         raise Cancelled(len(done))
@@ -373,19 +375,6 @@ def check_rules(cfg: DepthConfig) -> None:
                 check_causal(DepthLM(small, seed=0))
             except ValueError as exc:
                 raise ValueError(f"rules: {exc}; the comparison trains causal models only") from None
-
-
-def _run_serial(cfg: DepthConfig, grid: list[Cell], todo: list[int], reporter: Reporter, finished) -> bool:
-    with one_thread():
-        for i in todo:
-            cell = grid[i]
-            reporter.progress(i / len(grid), f"cell {i + 1}/{len(grid)}: {cell.rule} · {cell.depth} blocks · "
-                                             f"seed {cell.seed}")
-            outcome = run_cell(cfg, *cell, should_stop=reporter.should_stop)
-            if outcome is None:
-                return False
-            finished(i, outcome)
-    return True
 
 
 def _worker_cell(cfg: DepthConfig, rule: str, depth: int, seed: int) -> dict | None:
