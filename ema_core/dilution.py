@@ -26,12 +26,19 @@ horizon k* = ln(σ/α)/ln(1 − α) (:func:`analytic_horizon`), the lag where th
 α(1 − α)^k falls to σ.  Where a decoder loses the token near k*, precision or noise is the limit;
 where it loses it while the weight is still far above σ, the other tokens are (the information is
 diluted for that read-out) or, for the linear decoder, the read-out is (:func:`limit_frame`).
+
+Both axes.  The depth explorer (:mod:`ema_core.depth.explorer`) adds writes into one stream with
+weights of its own; what holds for any weights is written here once, and the EMA functions are its
+geometric case: :func:`sir_of_weight`, :func:`rounding_error` and :func:`stored_error` (of any power),
+:func:`peel_weighted`, :func:`ridge_read`, and :func:`limit_sentences` / :func:`limit_summary` with a
+:class:`LimitWording`.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -74,12 +81,23 @@ def interference_energy(alphas) -> np.ndarray:
     return a / (2.0 - a)
 
 
-def signal_to_interference(alphas, max_lag: int) -> np.ndarray:
-    """w_k² / (α/(2 − α) − w_k²): (K, max_lag + 1); inf where the token is all there is (α = 1, lag 0)."""
-    w2 = lag_weights(alphas, max_lag) ** 2
-    rest = interference_energy(alphas)[:, None] - w2
+def sir_of_weight(weight, energy) -> np.ndarray:
+    """w² / (E − w²): the signal-to-interference of a unit-energy code held with weight w in a weighted sum
+    of independent unit-energy codes whose energy is E = Σ_i w_i²; inf where the code is all there is.
+
+    Any weights: an EMA trace's (:func:`signal_to_interference`) or a depth stream's
+    (:func:`ema_core.depth.explorer.weight_sir`).  E is the caller's, since a trace's sum runs over
+    every past token (α/(2 − α)), not only the lags asked for.
+    """
+    w2 = np.asarray(weight, dtype=np.float64) ** 2
+    rest = energy - w2
     with np.errstate(divide="ignore"):
         return np.where(rest <= 1e-15 * w2, np.inf, w2 / np.maximum(rest, 1e-300))
+
+
+def signal_to_interference(alphas, max_lag: int) -> np.ndarray:
+    """w_k² / (α/(2 − α) − w_k²): (K, max_lag + 1); inf where the token is all there is (α = 1, lag 0)."""
+    return sir_of_weight(lag_weights(alphas, max_lag), interference_energy(alphas)[:, None])
 
 
 def analytic_frame(alphas, max_lag: int) -> pd.DataFrame:
@@ -215,21 +233,40 @@ def trace_power(alphas, vocab: int, dim: int) -> np.ndarray:
 ROUNDING_VARIANCE = 1.0 / (8.0 * math.log(2.0))
 
 
+def rounding_error(power, precision: Precision, noise: float = 0.0) -> np.ndarray:
+    """Per-coordinate standard deviation of the rounding alone, of a stored value whose mean square per
+    coordinate is ``power`` before its noise: u·rms/√(8 ln 2) of the value rounded (it plus its noise).
+
+    Any stored sum of codes: an EMA trace (:func:`trace_power`, :func:`rounding_sigma`) or a depth
+    stream (:func:`ema_core.depth.explorer.stream_power`).
+    """
+    return unit_roundoff(precision) * np.sqrt(ROUNDING_VARIANCE * (power + noise**2))
+
+
+def stored_error(power, precision: Precision, noise: float = 0.0) -> np.ndarray:
+    """σ of a stored value of mean square ``power`` per coordinate: the standard deviation of stored −
+    exact, the noise and the rounding together, √(noise² + σ_round²) (they are independent)."""
+    return np.sqrt(noise**2 + rounding_error(power, precision, noise) ** 2)
+
+
+def noise_limited(power, precision: Precision, noise: float) -> np.ndarray:
+    """Whether the noise is the larger part of :func:`stored_error` (else the rounding is): which of the
+    two a token lost to the stored error was lost to."""
+    return noise**2 >= rounding_error(power, precision, noise) ** 2
+
+
 def rounding_sigma(alphas, vocab: int, dim: int, precision: Precision, noise: float = 0.0) -> np.ndarray:
-    """Per-coordinate standard deviation of the rounding alone, for each rate: u·rms/√(8 ln 2) of the
-    value rounded (the trace plus its noise)."""
-    power = trace_power(alphas, vocab, dim) + noise**2
-    return unit_roundoff(precision) * np.sqrt(ROUNDING_VARIANCE * power)
+    """:func:`rounding_error` of each rate's trace."""
+    return rounding_error(trace_power(alphas, vocab, dim), precision, noise)
 
 
 def trace_sigma(alphas, vocab: int, dim: int, precision: Precision, noise: float = 0.0) -> np.ndarray:
-    """σ of each rate's stored trace: the per-coordinate standard deviation of stored − exact, the
-    noise and the rounding together, √(noise² + σ_round²) (they are independent).
+    """σ of each rate's stored trace (:func:`stored_error`).
 
     σ is per coordinate, and the embeddings have unit norm, so σ is also the error of the trace's
     projection onto any one embedding: what a decoder that compares the trace with the table sees.
     """
-    return np.sqrt(noise**2 + rounding_sigma(alphas, vocab, dim, precision, noise) ** 2)
+    return stored_error(trace_power(alphas, vocab, dim), precision, noise)
 
 
 def analytic_horizon(alphas, sigma) -> np.ndarray:
@@ -272,38 +309,59 @@ def peel_order(alphas, sigma, dim: int, max_lag: int) -> np.ndarray:
     return np.argmax(np.nan_to_num(margin, nan=0.0), axis=0)
 
 
+def peel_weighted(states: np.ndarray, tables, scale, decay, order: np.ndarray | None = None) -> np.ndarray:
+    """Name the code written at each step s = 0..S−1 from the current stored state of K weighted sums of
+    the same writes: (m, S), S = len(tables).
+
+    ``states`` (m, K, D): sum k holds step s's code, a row of ``tables[s]`` (V, D), with weight
+    w[k, s] = scale[k]·Π_{i<s} decay[k, i] (``decay`` (K, S − 1), or (K, 1): the same at every step).
+    r = h/w[k, 0] ≈ e_{x_0} + decay·(e_{x_1} + …): name the nearest code (argmax of r·e − ‖e‖²/2),
+    subtract it, divide by the step's decay, repeat.  Every sum is peeled by the same named codes, and
+    ``order`` (S,) says which sum names each step (sum 0 by default).  A decay that is not positive
+    (a weight that is 0) leaves nothing further to peel: the residual becomes 0 and later names are
+    guesses.  Arithmetic in float64, whatever the stored precision: the decoder adds no rounding of its
+    own worth the name, so the stored value is the limit.
+
+    An EMA trace is the geometric case (:func:`peel_decode`); a depth stream is one sum whose steps are
+    its layers, largest weight first (:func:`ema_core.depth.explorer.peel_layers`).
+    """
+    S = len(tables)
+    scale = np.asarray(scale, dtype=np.float64)
+    K = scale.size
+    # (K, m, D): each sum's residuals contiguous, so a step's matmul reads one block (a new array: the
+    # division is not in place, as the moved axes may be a view of the caller's states)
+    R = np.ascontiguousarray(np.moveaxis(np.asarray(states, dtype=np.float64), 1, 0)) / scale[:, None, None]
+    decay = np.broadcast_to(np.asarray(decay, dtype=np.float64), (K, S - 1))
+    order = np.zeros(S, dtype=np.int64) if order is None else np.asarray(order)
+    out = np.empty((R.shape[1], S), dtype=np.int64)
+    for step in range(S):
+        E = np.asarray(tables[step], dtype=np.float64)
+        scores = R[order[step]] @ E.T
+        scores -= 0.5 * np.einsum("vd,vd->v", E, E)
+        named = scores.argmax(axis=1)
+        out[:, step] = named
+        if step == S - 1:
+            break
+        R -= E[named][None]
+        for k in range(K):
+            if decay[k, step] > 0:
+                R[k] /= decay[k, step]  # a division, not a product with 1/decay: one rounding, not two
+            else:
+                R[k] = 0.0  # the older writes weigh nothing (α = 1 keeps the newest token only)
+    return out
+
+
 def peel_decode(states: np.ndarray, embeddings: np.ndarray, alphas, max_lag: int,
                 order: np.ndarray | None = None) -> np.ndarray:
     """Name the token at lags 0..max_lag from the current stored state of each rate: (m, max_lag + 1).
 
-    ``states`` (m, K, D).  r = h/α ≈ e_{x_t} + (1−α)·e_{x_{t−1}} + …: name the nearest embedding
-    (argmax of r·e − ‖e‖²/2), subtract it, divide by (1 − α), repeat.  With several rates every trace
-    is peeled by the same named tokens, and ``order`` (see :func:`peel_order`) says which trace names
-    the token at each lag.  Arithmetic in float64, whatever the stored precision: the decoder adds
-    no rounding of its own worth the name, so the stored trace is the limit.
+    ``states`` (m, K, D).  :func:`peel_weighted` with the lags as its steps, one table, and the EMA's
+    geometric weights: r = h/α ≈ e_{x_t} + (1−α)·e_{x_{t−1}} + …, so each step divides by 1 − α.  With
+    several rates ``order`` (see :func:`peel_order`) says which trace names the token at each lag.
     """
     a = validate_alphas(alphas)
-    K = a.size
-    order = np.zeros(max_lag + 1, dtype=np.int64) if order is None else np.asarray(order)
     E = np.asarray(embeddings, dtype=np.float64)
-    half = 0.5 * np.einsum("vd,vd->v", E, E)
-    # (K, m, D): each rate's residuals contiguous, so a lag's matmul reads one block
-    R = np.ascontiguousarray(np.moveaxis(np.asarray(states, dtype=np.float64), 1, 0)) / a[:, None, None]
-    out = np.empty((R.shape[1], max_lag + 1), dtype=np.int64)
-    for lag in range(max_lag + 1):
-        scores = R[order[lag]] @ E.T
-        scores -= half
-        named = scores.argmax(axis=1)
-        out[:, lag] = named
-        if lag == max_lag:
-            break
-        R -= E[named][None]
-        for k in range(K):
-            if a[k] < 1.0:
-                R[k] /= 1.0 - a[k]  # a division, not a product with 1/(1−α): one rounding, not two
-            else:
-                R[k] = 0.0  # α = 1 keeps the newest token only: nothing older to peel
-    return out
+    return peel_weighted(states, [E] * (max_lag + 1), a, (1.0 - a)[:, None], order)
 
 
 def rate_sets(alphas, include_all: bool = True) -> list[tuple[str, np.ndarray]]:
@@ -370,15 +428,72 @@ def feature_sets(alphas, window: int, D: int, include_all: bool = True) -> list[
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _label_sums(F, tokens, rows, out):
-    # out[lag, v] = Σ of F[i] over training rows i whose token lag steps back is v: the raw
-    # Fᵀ Y for one-hot targets, without building Y.  Parallel over lags (no write conflicts).
+def _label_sums(F, labels, out):
+    # out[j, v] = Σ of F[i] over training rows i whose label j is v: the raw Fᵀ Y for one-hot
+    # targets, without building Y.  Parallel over label columns (no write conflicts).
     n, p = F.shape
-    for lag in prange(out.shape[0]):
+    for j in prange(out.shape[0]):
         for i in range(n):
-            row = out[lag, tokens[rows[i] - lag]]
-            for j in range(p):
-                row[j] += F[i, j]
+            row = out[j, labels[i, j]]
+            for c in range(p):
+                row[c] += F[i, c]
+
+
+def ridge_read(F: np.ndarray, labels: np.ndarray, Ft: np.ndarray, vocab: int, ridge: float,
+               sets=None) -> list[np.ndarray]:
+    """The linear read-out: ridge least squares from features F (n, p) onto the one-hot of each column of
+    ``labels`` (n, J), on standardised features with an intercept; for each set of feature columns in
+    ``sets`` (all p when None), the label it scores highest on the held-out features Ft (m, p): (m, J) each.
+
+    Both axes' linear decoder: the time axis's labels are the token at each lag (:func:`_measure`),
+    depth's each layer's token (:func:`ema_core.depth.explorer.measure_depth`).  It computes in float32
+    whatever the stored precision (a float64 store reads as its float32 rounding): its own
+    ridge-limited error is far above float32's.
+    """
+    F = np.asarray(F, dtype=np.float32)
+    labels = np.ascontiguousarray(labels)
+    n, p = F.shape
+    J = labels.shape[1]
+    m, q = len(Ft), J * vocab
+
+    # Targets: one-hot of every column's label side by side, column j·V + label, so one solve serves
+    # all columns, and one Gram matrix every set.  Standardising the features and centring both sides
+    # (an intercept) is folded into the algebra instead of run as passes over F: the standardised Gram,
+    # FᵀY and the held-out scores all follow from the raw products and (μ, σ).
+    mu = F.mean(0, dtype=np.float64)
+    gram = (F.T @ F).astype(np.float64) - n * np.outer(mu, mu)  # centred Fᵀ F
+    sd = np.sqrt(np.maximum(np.diag(gram), 0.0) / n) + 1e-12
+    gram /= np.outer(sd, sd)
+    sums = np.zeros((J, vocab, p), np.float32)
+    _label_sums(F, labels, sums)  # Σ of raw feature rows per (column, label)
+    counts = np.bincount((np.arange(J)[None, :] * vocab + labels).ravel(), minlength=q)
+    FtY = (sums.reshape(q, p) - counts[:, None] * mu) / sd  # (q, p): centred, standardised Fᵀ Y
+    prior = counts / n  # class frequencies per column: the intercept
+    Ft1 = np.empty((m, p + 1), np.float32)  # a column of ones carries the intercept in the matmul
+    Ft1[:, :p], Ft1[:, p] = Ft, 1.0
+
+    named = []
+    for c in [np.arange(p)] if sets is None else sets:
+        A = gram[np.ix_(c, c)].astype(np.float32)
+        A[np.diag_indices_from(A)] += ridge * n  # the ridge keeps A well conditioned for float32
+        Wsol = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), FtY[:, c].T.astype(np.float32), check_finite=False)
+        # scores = ((Ft − μ)/σ) W + prior = Ft (W/σ) + (prior − (μ/σ) W)
+        W1 = np.empty((len(c) + 1, q), np.float32)
+        W1[:-1] = Wsol / sd[c, None]
+        W1[-1] = prior - (mu[c] / sd[c]) @ Wsol
+        scores = Ft1[:, np.append(c, p)] @ W1  # (m, q)
+        named.append(scores.reshape(m, J, vocab).argmax(-1))
+    return named
+
+
+def ridge_footprint(n: int, m: int, p: int, q: int) -> int:
+    """Rough peak bytes of :func:`ridge_read` on n training and m held-out rows of p features, onto q
+    one-hot targets (labels × vocabulary): its largest arrays, counted once each."""
+    features = 8 * (n + m) * p  # float32, raw and standardised
+    gram = 20 * p * p  # float32 product, float64 copy, the ridge system of the largest set
+    solve = 24 * q * p  # Fᵀ Y in float32 and float64, the solution in float64 and float32
+    scores = 8 * m * q  # held-out scores, and their sum with the prior
+    return features + gram + solve + scores
 
 
 def measure_footprint(cfg: DilutionConfig) -> float:
@@ -392,11 +507,7 @@ def measure_footprint(cfg: DilutionConfig) -> float:
     if cfg.decoder == "peel":
         # residuals of every rate (float64) twice (a set's copy), the scores, the predictions
         return float(traces + 16 * m * K * D + 8 * m * V + 16 * m * (L + 1))
-    features = 8 * (n + m) * p  # float32, raw and standardised
-    gram = 20 * p * p  # float32 product, float64 copy, the ridge system of the largest set
-    solve = 24 * q * p  # Fᵀ Y in float32 and float64, the solution in float64 and float32
-    scores = 8 * m * q  # held-out scores, and their sum with the prior
-    return float(traces + features + gram + solve + scores)
+    return float(traces + ridge_footprint(n, m, p, q))
 
 
 def measure_identity(cfg: DilutionConfig | None = None, **overrides) -> IdentityResult:
@@ -463,7 +574,7 @@ def limit_frame(cfg: StreamConfig, alphas, decoder: str, accuracy: pd.DataFrame)
     """
     a = validate_alphas(alphas)
     sigma = trace_sigma(a, cfg.vocab, cfg.dim, cfg.precision, cfg.noise)
-    noisy = cfg.noise**2 >= rounding_sigma(a, cfg.vocab, cfg.dim, cfg.precision, cfg.noise) ** 2
+    noisy = noise_limited(trace_power(a, cfg.vocab, cfg.dim), cfg.precision, cfg.noise)
     shift = cfg.window - 1
     kstar = analytic_horizon(a, sigma) + shift
     threshold = error_threshold(cfg.vocab)
@@ -494,96 +605,109 @@ def limit_frame(cfg: StreamConfig, alphas, decoder: str, accuracy: pd.DataFrame)
                                        "limit"])
 
 
-def limit_sentences(limits: pd.DataFrame, cfg: StreamConfig, decoder: str) -> list[str]:
-    """What limits each feature set, one Markdown line each, worded from :func:`limit_frame`'s numbers."""
+@dataclass(frozen=True)
+class LimitWording:
+    """What :func:`limit_sentences` and :func:`limit_summary` speak of: by default the time axis's
+    tokens in a trace, by lag; the depth explorer's are writes in a stream, by distance from the top
+    (:func:`ema_core.depth.explorer.depth_wording`)."""
+
+    item: str = "token"  # what a decoder names
+    store: str = "trace"  # what holds it
+    weight: str = "α(1−α)^k"  # an item's weight, as the pages write it
+    horizon: str = "k*"  # the analytic horizon's symbol
+    newest: str = "newest token"  # the item of largest weight
+    top: str = "α"  # its weight
+    span: str = "the lags measured"  # what the measurement covers
+    at: str = "at"  # before the names of the sets the summary lists as diluted
+    unlimited: str = "nothing limits within the lags measured"  # the summary's words where nothing does
+    key: str = "feature"  # the limits' column that names a row
+    names: dict[str, str] = field(default_factory=dict)  # a row's name in the text, where not the key's value
+    place: Callable[[int], str] = "lag {}".format  # where the decoder loses it, from the measured horizon
+
+
+TRACE_WORDING = LimitWording()
+
+
+def limit_sentences(limits: pd.DataFrame, cfg: StreamConfig, decoder: str,
+                    wording: LimitWording = TRACE_WORDING) -> list[str]:
+    """What limits each feature set, one Markdown line each, worded from :func:`limit_frame`'s numbers.
+
+    With another ``wording``, of any frame with limit_frame's columns (``cfg`` needs only a precision
+    and a noise): the depth explorer's rules, said of writes.
+    """
+    w = wording
     error = f"{cfg.precision} rounding" + (f" and noise σ = {cfg.noise:g}" if cfg.noise > 0 else "")
     reader = "the peel" if decoder == "peel" else "the linear read-out"
     lines = []
     for r in limits.itertuples():
-        trace = "its best trace's" if r.feature == ALL_RATES else "the"
-        stored = f"{trace} stored error σ ≈ {r.sigma:.2g} per coordinate ({error})"
-        # k* < 0 means σ ≥ α: not even the newest token's weight stands above the stored error, so there
-        # is no horizon to name (a negative lag would read as a number when it is an absence).
-        has_k = r.analytic_horizon >= 0
-        k = f"k* ≈ {r.analytic_horizon:.1f}" if has_k else "no analytic horizon k* (σ ≥ α: below the error from lag 0)"
+        name = getattr(r, w.key)
+        whose = f"its best {w.store}'s" if name == ALL_RATES else "the"
+        stored = f"{whose} stored error σ ≈ {r.sigma:.2g} per coordinate ({error})"
+        # A negative k* means σ ≥ the newest item's weight: nothing stands above the stored error, so
+        # there is no horizon to name (a negative lag would read as a number when it is an absence); an
+        # infinite one, weights that stop falling (equal weights in depth): none of them reaches σ.
+        has_k = 0 <= r.analytic_horizon < math.inf
+        if has_k:
+            k = f"{w.horizon} ≈ {r.analytic_horizon:.1f}"
+            hides, until = f"would hide it from {k}", f"until {k}"
+        elif r.analytic_horizon == math.inf:
+            k = f"no analytic horizon {w.horizon}: the weights stop falling, no {w.item}'s weight reaches σ"
+            hides, until = f"is below every {w.item}'s weight", f"({k})"
+        else:
+            k = f"no analytic horizon {w.horizon} (σ ≥ {w.top}: below the error from {w.place(0)})"
+            hides = f"is above even the {w.newest}'s weight {w.top} (no analytic horizon {w.horizon})"
+            until = f"(yet σ ≥ {w.top}: no analytic horizon {w.horizon})"
+        lost = f"loses it from {w.place(r.measured_horizon)}"
         if r.limit == LIMIT_BEYOND:
-            hides = f"would hide it from {k}" if has_k else "is above even the newest token's weight α (no analytic horizon k*)"
-            text = (f"not limited within the lags measured: {reader} names it up to lag {r.measured_horizon - 1}; "
+            text = (f"not limited within {w.span}: {reader} names it up to {w.place(r.measured_horizon - 1)}; "
                     f"{stored} {hides}.")
         elif r.limit in (LIMIT_PRECISION, LIMIT_NOISE):
-            text = (f"**{r.limit}-limited**: {reader} loses it from lag {r.measured_horizon}, where its weight "
-                    f"α(1−α)^k is down to {r.snr:.2g}× {stored}; {'analytic horizon ' if has_k else ''}{k}. Past it "
-                    "the stored trace no longer holds the token: more precision or less noise would move the limit.")
+            text = (f"**{r.limit}-limited**: {reader} {lost}, where its weight {w.weight} is down to {r.snr:.2g}× "
+                    f"{stored}; {'analytic horizon ' if has_k else ''}{k}. Past it the stored {w.store} no longer "
+                    f"holds the {w.item}: more precision or less noise would move the limit.")
         elif r.limit == LIMIT_DILUTED:
-            text = (f"**information diluted**: {reader} loses it from lag {r.measured_horizon} while its weight is "
-                    f"still {r.snr:.3g}× {stored} ({k}): the sum of the other tokens hides it from a "
-                    "decoder that names one token at a time, not the precision; a more precise trace would not "
-                    "bring it back.")
+            text = (f"**information diluted**: {reader} {lost} while its weight is still {r.snr:.3g}× {stored} "
+                    f"({k}): the sum of the other {w.item}s hides it from a decoder that names one {w.item} at a "
+                    f"time, not the precision; a more precise {w.store} would not bring it back.")
         else:
-            until = f"until {k}" if has_k else "(yet σ ≥ α: no analytic horizon k*)"
-            text = (f"**read-out-limited**: {reader} loses it from lag {r.measured_horizon}, but the stored trace "
-                    f"keeps it {r.snr:.3g}× above {stored} {until}: the read-out loses it, not the stored "
-                    "trace (the peel decoder shows whether it is readable there or diluted).")
-        lines.append(f"- **{r.feature}** — {text}")
+            text = (f"**read-out-limited**: {reader} {lost}, but the stored {w.store} keeps it {r.snr:.3g}× above "
+                    f"{stored} {until}: the read-out loses it, not the stored {w.store} (the peel decoder shows "
+                    "whether it is readable there or diluted).")
+        lines.append(f"- **{w.names.get(name, name)}** — {text}")
     return lines
 
 
-def limit_summary(limits: pd.DataFrame) -> str:
-    """One sentence: which limit applies to which rates (feature sets grouped by their limit)."""
+def limit_summary(limits: pd.DataFrame, wording: LimitWording = TRACE_WORDING) -> str:
+    """One sentence: which limit applies to which rates (feature sets grouped by their limit); with
+    another ``wording``, to which rows of its kind (the depth explorer's rules)."""
+    w = wording
     words = {LIMIT_PRECISION: "precision limits", LIMIT_NOISE: "noise limits",
-             LIMIT_DILUTED: "the information is diluted (lost under the other tokens, not the precision) at",
+             LIMIT_DILUTED: f"the information is diluted (lost under the other {w.item}s, not the precision) {w.at}",
              LIMIT_READOUT: "the read-out limits",
-             LIMIT_BEYOND: "nothing limits within the lags measured"}
+             LIMIT_BEYOND: w.unlimited}
     parts = []
     for limit, group in limits.groupby("limit", sort=False):
-        parts.append(f"{words[limit]} {', '.join(group['feature'])}")
+        parts.append(f"{words[limit]} {', '.join(w.names.get(v, v) for v in group[w.key])}")
     text = "; ".join(parts)
     return text[:1].upper() + text[1:] + "."
 
 
 def _measure(cfg: DilutionConfig) -> pd.DataFrame:
     a = np.asarray(cfg.alphas, dtype=np.float64)
-    K, V, D, L, Wn = a.size, cfg.vocab, cfg.dim, cfg.max_lag, cfg.window
+    K, D, L, Wn = a.size, cfg.dim, cfg.max_lag, cfg.window
     stream = random_stream(cfg, cfg.alphas, cfg.seed)
     tokens, first = stream.tokens, stream.first
-    # The linear read-out computes in float32 whatever the stored precision (a float64 store reads as
-    # its float32 rounding): its own ridge-limited error is far above float32's.
+    # cast once, before the windows are gathered: the read-out computes in float32 (ridge_read)
     traces = stream.traces.astype(np.float32, copy=False)
-    T = len(tokens)
-
-    steps = np.arange(first, T)
+    steps = np.arange(first, len(tokens))
     train, test = steps[: cfg.n_train], steps[cfg.n_train :]
-    F = window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
-    Ft = window_features(traces, test, Wn, K, D)  # (m, p)
-    n, m, p, q = len(train), len(test), F.shape[1], V * (L + 1)
-
-    # Targets: one-hot of the token at every lag side by side, column lag·V + token, so one
-    # solve serves all lags.  Standardising the features and centring both sides (an intercept)
-    # is folded into the algebra instead of run as passes over F: the standardised Gram, FᵀY
-    # and the held-out scores all follow from the raw products and (μ, σ).
-    mu = F.mean(0, dtype=np.float64)
-    gram = (F.T @ F).astype(np.float64) - n * np.outer(mu, mu)  # centred Fᵀ F
-    sd = np.sqrt(np.maximum(np.diag(gram), 0.0) / n) + 1e-12
-    gram /= np.outer(sd, sd)
-    sums = np.zeros((L + 1, V, p), np.float32)
-    _label_sums(F, tokens, train, sums)  # Σ of raw feature rows per (lag, token)
-    counts = np.bincount((np.arange(L + 1)[None, :] * V + tokens[train[:, None] - np.arange(L + 1)]).ravel(), minlength=q)
-    FtY = (sums.reshape(q, p) - counts[:, None] * mu) / sd  # (q, p): centred, standardised Fᵀ Y
-    prior = counts / n  # class frequencies per lag: the intercept
-    Ft1 = np.empty((m, p + 1), np.float32)  # a column of ones carries the intercept in the matmul
-    Ft1[:, :p], Ft1[:, p] = Ft, 1.0
-    truth = tokens[test[:, None] - np.arange(L + 1)[None, :]]  # (m, L + 1)
-
+    lags = np.arange(L + 1)[None, :]
+    sets = feature_sets(a, Wn, D)
+    named = ridge_read(window_features(traces, train, Wn, K, D), tokens[train[:, None] - lags],
+                       window_features(traces, test, Wn, K, D), cfg.vocab, cfg.ridge, [c for _, c in sets])
+    truth = tokens[test[:, None] - lags]  # (m, L + 1)
     rows = []
-    for name, c in feature_sets(a, Wn, D):
-        A = gram[np.ix_(c, c)].astype(np.float32)
-        A[np.diag_indices_from(A)] += cfg.ridge * n  # the ridge keeps A well conditioned for float32
-        Wsol = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), FtY[:, c].T.astype(np.float32), check_finite=False)
-        # scores = ((Ft − μ)/σ) W + prior = Ft (W/σ) + (prior − (μ/σ) W)
-        W1 = np.empty((len(c) + 1, q), np.float32)
-        W1[:-1] = Wsol / sd[c, None]
-        W1[-1] = prior - (mu[c] / sd[c]) @ Wsol
-        scores = Ft1[:, np.append(c, p)] @ W1  # (m, q)
-        acc = (scores.reshape(m, L + 1, V).argmax(-1) == truth).mean(0)
+    for (name, _), names in zip(sets, named):
+        acc = (names == truth).mean(0)
         rows.extend((name, lag, float(acc[lag])) for lag in range(L + 1))
     return pd.DataFrame(rows, columns=["feature", "lag", "accuracy"])

@@ -1,4 +1,5 @@
-"""Streamlit helpers shared by the pages: every chart and every table comes with its downloads.
+"""Streamlit helpers shared by the pages: every chart and every table comes with its downloads; and
+what the pages that measure as they draw (Trace dilution, Depth explorer) share.
 
 Files are produced only when a button is clicked (``data`` is a callable): rendering an SVG and a
 PNG for every chart on every slider move would cost more than the recompute itself.
@@ -50,3 +51,50 @@ def table_downloads(
 def unbroken(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
     """For display only: ``mean ± std`` cells with no-break spaces, so a narrow column does not split them."""
     return df.assign(**{c: df[c].str.replace(" ", "\u00a0") for c in columns if c in df.columns})
+
+
+# -- the pages that measure as they draw ------------------------------------------------------------------
+
+# σ of the noise on the stored trace or stream, in decades: a trace's coordinates are about 0.01 to 0.1,
+# and a depth stream, a weighted average of unit-energy codes as a trace is, has the same scale.
+NOISE_STEPS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+# Past this a page explains instead of measuring, so one visitor cannot take the server down.
+MEASURE_BUDGET_BYTES = 1.5 * 2**30
+# name: (min, max, default) of the stream's settings both pages take (the random codes and the seed).
+STREAM_LIMITS = {"vocab": (2, 512, 64), "dim": (1, 256, 64), "seed": (0, 2**32 - 1, 0)}
+
+
+def drop_bad_state(limits: dict, choices: dict, prefix: str = "") -> list[str]:
+    """Forget widget values that are out of range, so the widgets fall back to their defaults: the names
+    dropped.  ``limits`` is name: (min, max, default) of each number, ``choices`` name: (options,
+    default) of each choice, and a widget's key is ``prefix`` + name.
+
+    A live session keeps its values across a code change that narrows a range, and state can be
+    set from outside the widgets; Streamlit raises on such a value rather than clamping it.
+    """
+    dropped = []
+    for name, (lo, hi, _) in limits.items():
+        v = st.session_state.get(prefix + name)
+        if v is None:
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+        if not ok or (isinstance(lo, int) and not float(v).is_integer()):
+            del st.session_state[prefix + name]
+            dropped.append(name)
+    for name, (options, _) in choices.items():
+        v = st.session_state.get(prefix + name)
+        if v is not None and (isinstance(v, bool) or v not in options):
+            del st.session_state[prefix + name]
+            dropped.append(name)
+    return dropped
+
+
+def stop_if_oversized(footprint: float, advice: str) -> None:
+    """Past :data:`MEASURE_BUDGET_BYTES`, say what the measurement would need and stop the page there;
+    ``advice`` says which settings to lower."""
+    if footprint > MEASURE_BUDGET_BYTES:
+        st.warning(
+            f"Measuring these settings would need about {footprint / 2**30:.1f} GiB "
+            f"(the page stops at {MEASURE_BUDGET_BYTES / 2**30:.1f} GiB). {advice}"
+        )
+        st.stop()

@@ -23,7 +23,14 @@ from ema_core.dilution import (
 )
 from ema_core.figures.dilution import horizon_frame, identity_chart, lag_weight_chart, rate_roles, sir_chart
 from pages._router import ensure_router
-from pages._ui import chart_with_downloads, table_downloads
+from pages._ui import (
+    NOISE_STEPS,
+    STREAM_LIMITS,
+    chart_with_downloads,
+    drop_bad_state,
+    stop_if_oversized,
+    table_downloads,
+)
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
@@ -31,17 +38,13 @@ RATES = (("fast", "alpha_fast"), ("medium", "alpha_medium"), ("slow", "alpha_slo
 # key: (min, max, default) of every number the page takes.
 LIMITS = {
     **{key: (0.001, 1.0, alpha) for (_, key), alpha in zip(RATES, PAPER_ALPHAS)},
-    "vocab": (2, 512, 64),
-    "dim": (1, 256, 64),
+    **STREAM_LIMITS,
     "max_lag": (1, 128, 24),
     "window": (2, 32, 8),
-    "seed": (0, 2**32 - 1, 0),
 }
 DECODERS = get_args(Decoder)  # linear first: the default
 DECODER_LABELS = {"linear": "linear (trained)", "peel": "peel (knows the table)"}
 PRECISIONS = get_args(Precision)
-# σ of the noise on the stored trace, in decades: a trace's coordinates are about 0.01 to 0.1.
-NOISE_STEPS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 # key: (options, default) of every choice the page offers.
 CHOICES = {"decoder": (DECODERS, "linear"), "precision": (PRECISIONS, "float32"), "noise": (NOISE_STEPS, 0.0)}
 METRICS = (  # label, help: one per column of the metrics table
@@ -49,37 +52,12 @@ METRICS = (  # label, help: one per column of the metrics table
     ("95 % window", "the fewest recent tokens that carry 95 % of the trace's weight"),
     ("Interference α/(2−α)", "steady-state trace energy Σ w_k² = α/(2 − α) for unit-energy i.i.d. inputs"),
 )
-# Past this the page explains instead of measuring, so one visitor cannot take the server down.
-MEASURE_BUDGET_BYTES = 1.5 * 2**30
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _measure(cfg_json: str) -> IdentityResult:
     # Keyed by the config's JSON: the config is the whole input of the measurement (seed included).
     return measure_identity(DilutionConfig.model_validate_json(cfg_json))
-
-
-def _drop_bad_state() -> list[str]:
-    """Forget widget values that are out of range, so the widgets fall back to their defaults.
-
-    A live session keeps its values across a code change that narrows a range, and state can be
-    set from outside the widgets; Streamlit raises on such a value rather than clamping it.
-    """
-    dropped = []
-    for key, (lo, hi, _) in LIMITS.items():
-        v = st.session_state.get(key)
-        if v is None:
-            continue
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
-        if not ok or (isinstance(lo, int) and not float(v).is_integer()):
-            del st.session_state[key]
-            dropped.append(key)
-    for key, (options, _) in CHOICES.items():
-        v = st.session_state.get(key)
-        if v is not None and (isinstance(v, bool) or v not in options):
-            del st.session_state[key]
-            dropped.append(key)
-    return dropped
 
 
 def _validation_message(err: ValidationError) -> str:
@@ -111,7 +89,7 @@ on the chart, beside the measured one, where it lies within the lags shown).
 """
 )
 
-dropped = _drop_bad_state()
+dropped = drop_bad_state(LIMITS, CHOICES)
 with st.sidebar:
     st.subheader("Rates")
     for name, key in RATES:
@@ -196,14 +174,7 @@ with right:
     chart_with_downloads(sir_chart(analytic, roles), "sir", key="sir")
 
 st.subheader("Measured")
-footprint = measure_footprint(cfg)
-if footprint > MEASURE_BUDGET_BYTES:
-    st.warning(
-        f"Measuring these settings would need about {footprint / 2**30:.1f} GiB "
-        f"(the page stops at {MEASURE_BUDGET_BYTES / 2**30:.1f} GiB). "
-        "Lower the window, the embedding dimension, the vocabulary or the max lag."
-    )
-    st.stop()
+stop_if_oversized(measure_footprint(cfg), "Lower the window, the embedding dimension, the vocabulary or the max lag.")
 
 t0 = time.perf_counter()
 with st.spinner("Training the decoders…" if cfg.decoder == "linear" else "Peeling the traces…"):

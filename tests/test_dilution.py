@@ -1,7 +1,10 @@
 import json
+import math
+from itertools import product
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pydantic
 import pytest
 import torch
@@ -11,6 +14,7 @@ from ema_core.config import config_error
 from ema_core.dilution_config import DilutionConfig, StreamConfig
 from ema_core.dilution import (
     ALL_RATES,
+    LimitWording,
     analytic_frame,
     analytic_horizon,
     effective_window,
@@ -21,11 +25,16 @@ from ema_core.dilution import (
     limit_summary,
     measure_identity,
     measured_horizon,
+    noise_limited,
     peel_decode,
     peel_order,
+    peel_weighted,
     random_stream,
+    ridge_read,
     signal_to_interference,
+    sir_of_weight,
     store_trace,
+    stored_error,
     trace_sigma,
     unit_roundoff,
 )
@@ -347,3 +356,85 @@ def test_horizons_are_drawn_where_they_lie_on_the_lag_axis():
     # α = 0.5's pair, once (all rates has the very same pair); α = 0.1's k* ≈ 91 is off the axis
     assert list(frame["feature"]) == ["α=0.5", "α=0.5"] and list(frame["kind"]) == ["analytic k*", "measured"]
     assert frame["lag"].tolist() == [pytest.approx(r.limits.loc[0, "analytic_horizon"]), 14.0]
+
+
+# -- the general functions the depth explorer calls: the EMA is their geometric case ---------------------
+
+def test_the_sir_of_any_weights():
+    # The trace's SIR is the general one at its weights and its energy over every past token ...
+    np.testing.assert_array_equal(sir_of_weight(lag_weights(RATES, 10), interference_energy(RATES)[:, None]),
+                                  signal_to_interference(RATES, 10))
+    # ... and any weights: codes at 1/7, 2/7, 4/7 hold 21/49 of energy, so the first has SIR (1/49)/(20/49)
+    a = np.array([1.0, 2.0, 4.0]) / 7
+    np.testing.assert_allclose(sir_of_weight(a, (a**2).sum()), [1 / 20, 4 / 17, 16 / 5])
+    assert np.isinf(sir_of_weight(1.0, 1.0)) and sir_of_weight(0.0, 1.0) == 0.0
+
+
+def test_the_peel_of_any_weights_tables_and_order(rng):
+    # The EMA's decay given step by step is the same peel as given once.
+    stream = random_stream(StreamConfig(precision="float16", max_lag=12, n_train=64, n_test=256), (0.5, 0.2), 1)
+    steps = np.arange(stream.first, len(stream.tokens))
+    states, E, a = stream.traces[steps], stream.embeddings.astype(np.float64), np.array([0.5, 0.2])
+    order = peel_order(a, trace_sigma(a, 64, 64, "float16"), 64, 12)
+    by_step = peel_weighted(states, [E] * 13, a, np.repeat((1 - a)[:, None], 12, axis=1), order)
+    np.testing.assert_array_equal(by_step, peel_decode(states, stream.embeddings, a, 12, order))
+    # Weights that are no geometric series, each step its own table (orthonormal codes in directions of
+    # its own, permuted, and a zero code, which a residual of the wrong scale would be named: below ½ of a
+    # code, nothing is nearer), in a sum that only the second state holds (the first is noise): exact,
+    # read from the second only.
+    w, x = np.array([0.5, 0.45, 0.1, 0.01]), np.array([[2, 0, 1, 3], [1, 1, 3, 0]])
+    tables = [np.vstack([np.eye(16)[4 * s + rng.permutation(4)], np.zeros(16)]) for s in range(4)]
+    h = np.stack([sum(w[s] * tables[s][row[s]] for s in range(4)) for row in x])  # (2, 16)
+    states = np.stack([rng.standard_normal(h.shape), h], axis=1)  # (2, K = 2, D = 16)
+    scale, decay = [2.0, w[0]], np.stack([np.ones(3), w[1:] / w[:-1]])
+    np.testing.assert_array_equal(peel_weighted(states, tables, scale, decay, np.ones(4, int)), x)
+    assert not np.array_equal(peel_weighted(states, tables, scale, decay), x)
+    # a weight of 0 leaves nothing to peel: every later name is the same guess, whatever the state
+    names = peel_weighted(states[:, 1:], tables, [0.5], [[0.0, np.nan, np.nan]])
+    assert len(set(names[:, 1:].ravel())) <= 3 and np.all(names[0, 1:] == names[1, 1:])
+
+
+def test_the_stored_error_of_any_value_of_a_given_power(rng):
+    # The rounding law on plain Gaussian values, no trace: σ from the mean square alone.
+    power = 1 / 64
+    x = np.sqrt(power) * rng.standard_normal(200_000)
+    for precision, noise in (("float32", 0.0), ("bfloat16", 0.0), ("float16", 0.0), ("float16", 1e-3)):
+        noisy = x + noise * rng.standard_normal(x.size)
+        err = store_trace(noisy, precision).astype(np.float64) - x
+        assert err.std() == pytest.approx(stored_error(power, precision, noise), rel=0.1), precision
+    # which part is larger: the noise over float32's rounding; bfloat16's rounding (σ ≈ 2e-4) over 1e-4
+    assert noise_limited(power, "float32", 1e-3) and not noise_limited(power, "bfloat16", 1e-4)
+    assert not noise_limited(power, "float32", 0.0)
+
+
+def test_the_ridge_read_out_names_each_label_column_from_its_features(rng):
+    # Two label columns, each coded in its own 16 features: every set of features names what it holds.
+    V, D, n, m = 8, 16, 2048, 512
+    codes = rng.standard_normal((2, V, D))
+    labels = rng.integers(0, V, size=(n + m, 2))
+    F = np.concatenate([codes[0][labels[:, 0]], codes[1][labels[:, 1]]], axis=1)
+    F += 0.1 * rng.standard_normal(F.shape)
+    both, first = ridge_read(F[:n], labels[:n], F[n:], V, 1e-2, [np.arange(2 * D), np.arange(D)])
+    assert both.shape == (m, 2) and np.all((both == labels[n:]).mean(0) > 0.95)
+    hit = (first == labels[n:]).mean(0)
+    assert hit[0] > 0.95 and hit[1] < 0.25  # the second column's code is not in the first set: chance 1/8
+    np.testing.assert_array_equal(ridge_read(F[:n], labels[:n], F[n:], V, 1e-2)[0], both)  # all features
+
+
+def test_another_wording_reaches_every_sentence():
+    # Every limit with every kind of horizon (one, none as σ is above every weight, none as the weights
+    # stop falling), said of writes in a stream: no word of the time axis's is left in the text.
+    limits = ["precision", "noise", "diluted", "read-out", "beyond max lag"]
+    rows = [(f"r{i}", 1e-3, k, 3, 12.5, limit) for i, (limit, k) in enumerate(product(limits, [2.5, -1.0, math.inf]))]
+    frame = pd.DataFrame(rows, columns=["rule", "sigma", "analytic_horizon", "measured_horizon", "snr", "limit"])
+    words = LimitWording(item="write", store="stream", weight="a_j", horizon="d*", newest="top write", top="a_L",
+                         span="the stack", at="under", unlimited="nothing limits within the stack under", key="rule",
+                         names={"r0": "first rule"}, place="distance {}".format)
+    lines = limit_sentences(frame, DilutionConfig(noise=0.01), "peel", words)
+    text = " ".join(lines) + " " + limit_summary(frame, words)
+    assert len(lines) == 15 and lines[0].startswith("- **first rule** — **precision-limited**")
+    for word in ("token", "trace", "lag", "k*", "α"):
+        assert word not in text, word
+    for line, k in zip(lines, frame["analytic_horizon"]):
+        assert ("d* ≈ 2.5" in line) == (k == 2.5) and "d* ≈ -" not in line and "d* ≈ inf" not in line, line
+    assert "from distance 3" in text and "up to distance 2" in text and "under r" in text
