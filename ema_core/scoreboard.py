@@ -1,8 +1,8 @@
 """The claims scoreboard: every claim the project judges, from every study, in one shape.
 
 Each study judges its claims in its own findings module, by the one rule of :mod:`ema_core.verdicts`
-(structure_findings, boundary_findings, content_findings).  Their verdict records differ in what they
-carry beside Δ (the cells a boundary claim reads, the SPEN variant a gap claim is about); a reader who
+(structure_findings, boundary_findings, content_findings, depth_findings).  Their verdict records differ in
+what they carry beside Δ (the cells a boundary claim reads, the SPEN variant a gap claim is about); a reader who
 wants to know *what reproduced* needs one line per claim with the same parts.  :class:`Score` is that
 line, and ``*_scores`` turn each study's verdicts into it, without judging anything again.
 
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from ema_core import boundary_findings, content_findings, structure_findings
+from ema_core import boundary_findings, content_findings, depth_findings, structure_findings
 from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, Spread, strength
 
 
@@ -33,6 +33,7 @@ STUDIES: dict[str, Study] = {
     "structure": Study("Structure", "structure", "pages/structure.py"),
     "content": Study("Content", "lm", "pages/content.py"),
     "boundary": Study("Boundary map", "boundary", "pages/boundary.py"),
+    "depth": Study("Depth dilution", "depth", "pages/depth.py"),
 }
 
 # What a verdict says in one word on the board, and the order the board sorts by: the verdicts a
@@ -136,6 +137,16 @@ def boundary_scores(verdicts: Iterable[boundary_findings.ClaimVerdict]) -> list[
     return out
 
 
+def depth_scores(verdicts: Iterable[depth_findings.ClaimVerdict]) -> list[Score]:
+    out = []
+    for v in verdicts:
+        c, d = v.claim, v.delta
+        measured = _pm(d, 4, c.unit) + (f" {v.over}" if v.over and d.n else "")
+        out.append(Score("depth", c.key, plain(c.what), c.paper, measured, d, _outcome(v.verdict, d.n), v.word,
+                         v.sentence, sanity=c.sanity))
+    return out
+
+
 def headline_score(headline: content_findings.HeadlineVerdict) -> Score:
     d = headline.delta
     return Score("content", "spen_below_gpt", plain(content_findings.HEADLINE_WHAT), content_findings.HEADLINE_PAPER,
@@ -179,7 +190,7 @@ GAP_PAPER = "not measured there; its argument predicts it"
 
 def missing_seeds(held: Iterable[int], span: int = 1, wanted: int = VERDICT_MIN_SEEDS) -> list[int]:
     """The first seeds of new runs that bring ``held`` seeds up to ``wanted``: the smallest free ones, each
-    run covering ``span`` consecutive seeds (a boundary run covers its ``seeds``) none of which is held.
+    run covering ``span`` consecutive seeds (a boundary or depth run covers its ``seeds``) none of which is held.
 
     >>> missing_seeds([0]), missing_seeds([0, 1, 2]), missing_seeds([0], span=2), missing_seeds([1])
     ([1, 2], [], [1], [0, 2])

@@ -37,6 +37,9 @@ PAPER_CLAIMS = {
     "boundary": ("The boundary itself: fixed-decay EMA < fixed-decay linear attention < data-dependent decay < "
                  "softmax attention, structure kept and content lost as the distance grows — argued in the paper, "
                  "measured here on the same tasks for every mechanism.", "title, discussion"),
+    "depth": ("Fixed-coefficient accumulation dilutes across depth too: a residual stream adds every block's write "
+              "with weight 1, and only learned, input-dependent selection fixes it (fixed sum < static weights < "
+              "input-dependent, the gap growing with depth).", "abstract, summaries"),
 }
 
 board: list[Judged] = read_store(scoreboard)

@@ -2,8 +2,8 @@
 
 Workers never open the store; they write run folders (``ema_core.rundir``), and ``ingest`` copies
 them in.  Pages and the CLI read through ``queries`` (what every study shares), ``export``, and one
-file per study: ``dilution``, ``structure``, ``content`` and ``boundary`` hold that study's queries and declare
-its tables to the generic ones.
+file per study: ``dilution``, ``structure``, ``content``, ``boundary`` and ``depth`` hold that study's
+queries and declare its tables to the generic ones.
 
 Damage is said, never repaired:
 
@@ -28,14 +28,14 @@ from .schema import SCHEMA_VERSION
 
 # Imported here, so that their tables are registered (queries.GROUPABLE, export.EXPORT_TABLES)
 # whichever module of the store is imported first; in the paper's order, the order exports list them.
-from . import dilution, structure, content, boundary  # isort: skip
+from . import dilution, structure, content, boundary, depth  # isort: skip
 
 __all__ = [
     "DamagedStoreError", "EMPTY", "EXPORT_TABLES", "FORMATS", "ForeignStoreError", "GROUPABLE", "NotAStoreError",
     "ResultError", "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError",
     "UnknownRunError", "bench_figures", "boundary", "check", "config_diff", "config_id", "config_without_seed",
-    "content", "dilution", "export_table", "exports_dir", "final_metrics", "grouped", "ingest", "list_runs",
-    "mean_std_cells", "metric_keys", "metric_series", "migrate", "migrate_store", "normalise_tags", "open_store",
-    "query_frame", "record_bench", "render_table", "run_detail", "run_notes", "set_note", "store_path",
+    "content", "depth", "dilution", "export_table", "exports_dir", "final_metrics", "grouped", "ingest",
+    "list_runs", "mean_std_cells", "metric_keys", "metric_series", "migrate", "migrate_store", "normalise_tags",
+    "open_store", "query_frame", "record_bench", "render_table", "run_detail", "run_notes", "set_note", "store_path",
     "store_summary", "structure", "table_frame", "tags_in_use",
 ]

@@ -183,8 +183,47 @@ M005_RUN_NOTES = Migration(5, "m005_run_notes", (
     )""",
 ))
 
+# Dilution in depth (ema_core.experiments.depth): one row per cell of a run, which holds several seeds, so
+# the cell's ``seed`` is part of the key beside its rule and depth (in blocks); d, params, lr and tokens
+# follow from the config and the cell and are kept as columns.  Losses are nats/token, ``val_bpb`` bits per
+# byte; the probes (accuracy, R²) are read on the trained model and, ``*_init``, on the same model at its
+# initialisation.  ``depth_weights``: the weight the stream after block ``layer`` gives each earlier output
+# ``source`` (0, the embedding, to ``layer``).
+M006_DEPTH = Migration(6, "m006_depth", (
+    """CREATE TABLE depth_results (
+        run_id             VARCHAR NOT NULL,
+        rule               VARCHAR NOT NULL,
+        depth              INTEGER NOT NULL,
+        seed               BIGINT NOT NULL,
+        d                  INTEGER,
+        params             BIGINT,
+        lr                 DOUBLE,
+        tokens             BIGINT,
+        train_loss         DOUBLE,
+        val_loss           DOUBLE,
+        val_bpb            DOUBLE,
+        probe_token        DOUBLE,
+        probe_token_chance DOUBLE,
+        probe_early        DOUBLE,
+        probe_token_init   DOUBLE,
+        probe_early_init   DOUBLE,
+        seconds            DOUBLE,
+        PRIMARY KEY (run_id, rule, depth, seed)
+    )""",
+    """CREATE TABLE depth_weights (
+        run_id VARCHAR NOT NULL,
+        rule   VARCHAR NOT NULL,
+        depth  INTEGER NOT NULL,
+        seed   BIGINT NOT NULL,
+        layer  INTEGER NOT NULL,
+        source INTEGER NOT NULL,
+        weight DOUBLE,
+        PRIMARY KEY (run_id, rule, depth, seed, layer, source)
+    )""",
+))
+
 MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES,
-                                     M005_RUN_NOTES)
+                                     M005_RUN_NOTES, M006_DEPTH)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
@@ -219,4 +258,13 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                               Column("params", int, False)),
     "lm_token_classes": (Column("evaluation", str, True), Column("step", int, True), Column("partition", str, True),
                          Column("class", str, True), Column("tokens", int, False), Column("loss", float, False)),
+    "depth_results": (Column("rule", str, True), Column("depth", int, True), Column("seed", int, True),
+                      Column("d", int, False), Column("params", int, False), Column("lr", float, False),
+                      Column("tokens", int, False), Column("train_loss", float, False),
+                      Column("val_loss", float, False), Column("val_bpb", float, False),
+                      Column("probe_token", float, False), Column("probe_token_chance", float, False),
+                      Column("probe_early", float, False), Column("probe_token_init", float, False),
+                      Column("probe_early_init", float, False), Column("seconds", float, False)),
+    "depth_weights": (Column("rule", str, True), Column("depth", int, True), Column("seed", int, True),
+                      Column("layer", int, True), Column("source", int, True), Column("weight", float, False)),
 }

@@ -15,12 +15,14 @@ from typing import Any
 
 import pandas as pd
 
+from ema_core import depth_findings
 from ema_core.boundary_findings import claim_verdicts, runs_reach
 from ema_core.content_findings import HEADLINE_VARIANT, ablation_verdict, gap_verdicts, headline_verdict
-from ema_core.scoreboard import STUDIES, Score, boundary_scores, content_scores, structure_scores
+from ema_core.scoreboard import STUDIES, Score, boundary_scores, content_scores, depth_scores, structure_scores
 from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from store.boundary import boundary_accuracy
 from store.content import lm_final_losses, lm_runs, lm_token_class_pairs
+from store.depth import depth_results
 from store.queries import config_id, config_without_seed, list_runs
 from store.structure import probe_accuracy, structure_headlines
 
@@ -35,7 +37,7 @@ class Judged:
     group: str = ""            # the config id (or the language model's settings id) of the group
     # One config per variant of the group, seed removed: what a launch of more seeds runs again.
     configs: tuple[dict[str, Any], ...] = ()
-    span: int = 1              # seeds one run covers (a boundary run covers its ``seeds``)
+    span: int = 1              # seeds one run covers (a boundary or depth run covers its ``seeds``)
     scores: list[Score] = field(default_factory=list)
 
 
@@ -72,6 +74,25 @@ def _structure(home: Path | None) -> Judged:
                   (config_without_seed(configs[ids[0]]),), 1, structure_scores(verdicts.claims))
 
 
+def _groups_of_row_seeds(kind: str, runs: pd.DataFrame, configs: dict[str, dict],
+                         rows: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The runs by config, each group with the seeds its rows hold: a run of a kind whose rows carry their
+    own seeds (boundary, depth) holds several, and a seed two runs of one config both hold counts once."""
+    seeds_of = rows.groupby("run_id")["seed"].agg(lambda s: {int(v) for v in s}).to_dict()
+    groups: dict[str, dict[str, Any]] = {}
+    for r in runs.itertuples():  # newest first
+        g = groups.setdefault(config_id(kind, configs[r.run_id]), {"runs": [], "seeds": set()})
+        g["runs"].append(r.run_id)
+        g["seeds"] |= seeds_of.get(r.run_id, set())
+    return groups
+
+
+def _span(config: Any) -> int:
+    """The seeds one run of ``config`` covers: its ``seeds`` (1 where it names none)."""
+    span = config.get("seeds", 1) if isinstance(config, dict) else 1
+    return span if isinstance(span, int) and span >= 1 else 1
+
+
 def _boundary(home: Path | None) -> Judged:
     kind = STUDIES["boundary"].kind
     runs = list_runs(kind=kind, status="done", limit=None, home=home)
@@ -79,20 +100,28 @@ def _boundary(home: Path | None) -> Judged:
         return Judged("boundary", (), ())
     configs = _configs(runs)
     rows = boundary_accuracy(list(runs["run_id"]), home=home)
-    seeds_of = rows.groupby("run_id")["seed"].agg(lambda s: {int(v) for v in s}).to_dict()
-    groups: dict[str, dict[str, Any]] = {}
-    for r in runs.itertuples():
-        g = groups.setdefault(config_id(kind, configs[r.run_id]), {"runs": [], "seeds": set()})
-        g["runs"].append(r.run_id)
-        g["seeds"] |= seeds_of.get(r.run_id, set())
+    groups = _groups_of_row_seeds(kind, runs, configs, rows)
     best = _best_group(groups)
     ids = groups[best]["runs"]
     picked = rows[rows["run_id"].isin(ids)]
     verdicts = claim_verdicts(picked, reach=runs_reach(configs[r] for r in ids))
-    span = configs[ids[0]].get("seeds", 1) if isinstance(configs[ids[0]], dict) else 1
     return Judged("boundary", tuple(ids), tuple(sorted(groups[best]["seeds"])), best,
-                  (config_without_seed(configs[ids[0]]),), int(span) if isinstance(span, int) else 1,
-                  boundary_scores(verdicts))
+                  (config_without_seed(configs[ids[0]]),), _span(configs[ids[0]]), boundary_scores(verdicts))
+
+
+def _depth(home: Path | None) -> Judged:
+    kind = STUDIES["depth"].kind
+    runs = list_runs(kind=kind, status="done", limit=None, home=home)
+    if runs.empty:
+        return Judged("depth", (), ())
+    configs = _configs(runs)
+    rows = depth_results(list(runs["run_id"]), home=home)
+    groups = _groups_of_row_seeds(kind, runs, configs, rows)
+    best = _best_group(groups)
+    ids = groups[best]["runs"]
+    verdicts = depth_findings.claim_verdicts(rows[rows["run_id"].isin(ids)])
+    return Judged("depth", tuple(ids), tuple(sorted(groups[best]["seeds"])), best,
+                  (config_without_seed(configs[ids[0]]),), _span(configs[ids[0]]), depth_scores(verdicts))
 
 
 def _content(home: Path | None) -> Judged:
@@ -122,5 +151,5 @@ def _content(home: Path | None) -> Judged:
 
 def scoreboard(*, home: Path | None = None) -> list[Judged]:
     """Every study's claims, judged on its group of finished runs, in STUDIES' order."""
-    readers = {"structure": _structure, "content": _content, "boundary": _boundary}
+    readers = {"structure": _structure, "content": _content, "boundary": _boundary, "depth": _depth}
     return [readers[s](home) for s in STUDIES]

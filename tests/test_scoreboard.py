@@ -13,11 +13,17 @@ from streamlit.testing.v1 import AppTest
 from ema_core import scoreboard as board_module
 from ema_core import verdicts
 from ema_core.content_findings import headline_verdict
+from ema_core.depth_findings import claim_verdicts as depth_verdicts
 from ema_core.experiments import build_config
-from ema_core.scoreboard import Score, missing_seeds, plain
+from ema_core.scoreboard import STUDIES, Score, depth_scores, missing_seeds, plain
 from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from ema_core.verdicts import Spread
+from depth_fixture import SEEDS as DEPTH_SEEDS
+from depth_fixture import make_depth_runs
+from finished_run import write_finished_run
 from lm_fixture import make_lm_runs
+from store import ingest
+from store.depth import depth_results
 from store.scoreboard import scoreboard
 from store.structure import probe_accuracy, structure_headlines
 from structure_fixture import make_structure_runs
@@ -85,6 +91,35 @@ def test_missing_seeds_fill_up_to_the_rules_minimum_without_overlap():
     assert missing_seeds([0], span=3) == [1]
 
 
+def _depth_row(rule, depth, seed, loss, early=0.5):
+    return {"rule": rule, "depth": depth, "seed": seed, "d": 64, "tokens": 4096, "val_loss": loss,
+            "probe_early": early, "probe_token_init": 0.6, "probe_token_chance": 0.25}
+
+
+def test_depth_scores_carry_each_verdict_in_the_boards_shape():
+    # The fixed sum 0.1 nats/token worse at 16 blocks on every seed (a little more on each), no selection run.
+    rows = [_depth_row(rule, L, s, 5.0 + (0.1 + 0.01 * s if rule == "sum" and L == 16 else 0.0))
+            for s in (0, 1, 2) for L in (4, 16) for rule in ("sum", "static")]
+    scores = {s.key: s for s in depth_scores(depth_verdicts(rows))}
+    assert list(scores) == ["static_beats_sum", "select_beats_static", "gap_grows_with_depth",
+                            "sum_loses_early_block", "probe_reads_tokens"]
+    beats = scores["static_beats_sum"]
+    assert beats.study == "depth" and beats.verdict == "reproduced" and beats.seeds == 3 and not beats.sanity
+    assert beats.claim == "Static learned weights beat the fixed sum"  # the formula stays in the detail
+    assert beats.measured == "Δ = +0.1100 ± 0.0100 nats/token at 16 blocks"
+    assert "sum − static > 0" in beats.detail and "paired t" in beats.detail
+    assert beats.line.startswith("Static learned weights beat the fixed sum. Paper: ")
+    # No selection in these runs: not measured, never inconclusive.
+    assert (scores["select_beats_static"].verdict, scores["select_beats_static"].word) == ("not_measured",
+                                                                                          "not measured")
+    assert scores["select_beats_static"].measured == "not measured"
+    check = scores["probe_reads_tokens"]
+    assert check.sanity and check.word == "holds" and check.verdict == "reproduced"
+    # Two seeds: each claim says so, as the other studies word it.
+    two = depth_scores(depth_verdicts([r for r in rows if r["seed"] < 2]))
+    assert two[0].verdict == "not_judged" and two[0].word == "not judged: 2 seeds"
+
+
 # -- over a real store -------------------------------------------------------------------------------------
 
 STRUCTURE_CONFIG = {k: v for k, v in build_config("structure", preset="quick").model_dump(mode="json").items()
@@ -93,7 +128,7 @@ STRUCTURE_CONFIG = {k: v for k, v in build_config("structure", preset="quick").m
 
 def test_an_empty_store_judges_nothing(empty_home):
     board = scoreboard()
-    assert [j.study for j in board] == ["structure", "content", "boundary"]
+    assert [j.study for j in board] == ["structure", "content", "boundary", "depth"] == list(STUDIES)
     assert all(not j.run_ids and not j.scores for j in board)
 
 
@@ -115,6 +150,26 @@ def test_the_board_judges_the_group_with_the_most_seeds_as_the_page_would(empty_
     assert all(x.seeds == 3 for x in s.scores)
     assert {x.verdict for x in s.scores} <= {"reproduced", "not_reproduced", "inconclusive"}
     assert board["content"].scores == [] and board["boundary"].scores == []
+
+
+def test_the_board_judges_the_depth_group_holding_the_most_seeds_inside_its_runs(empty_home):
+    """One real run holds three seeds (judged); a newer config's two runs of one seed each hold fewer."""
+    (real,) = make_depth_runs(empty_home, seeds=(0,))
+    for seed in (5, 6):
+        rows = [_depth_row(rule, 4, seed, 5.0) for rule in ("sum", "static", "select")]
+        write_finished_run(empty_home, "depth", {"seeds": 1, "depths": [4]}, seed, [],
+                           {"summary": {}, "tables": {"depth_results": rows}})
+    assert ingest(empty_home)["errors"] == []
+    d = {j.study: j for j in scoreboard()}["depth"]
+    assert d.run_ids == (real,) and d.seeds == tuple(range(DEPTH_SEEDS)) and d.span == DEPTH_SEEDS
+    assert d.configs[0]["seeds"] == DEPTH_SEEDS and "seed" not in d.configs[0]
+    # The same verdicts as the findings give the run's rows, as the Depth page will read them.
+    page = depth_verdicts(depth_results([real]))
+    assert [(x.key, x.verdict, x.seeds) for x in d.scores] == [(v.claim.key, v.verdict, v.delta.n) for v in page]
+    assert all(x.seeds == DEPTH_SEEDS for x in d.scores)
+    assert {x.verdict for x in d.scores} <= {"reproduced", "not_reproduced", "inconclusive"}
+    # A seed is launched where the group lacks one: none here, the run's three seeds are the rule's minimum.
+    assert missing_seeds(d.seeds, d.span) == []
 
 
 def test_content_headline_on_the_board(empty_home):

@@ -62,6 +62,11 @@ UNITS: dict[str, str] = {
     "bigru/loss": "nats/word",
     "bigru/dev_loss": "nats/word",
     "bigru_epochs": "epochs",
+    # depth: per cell, logged as val_loss/<rule>/<depth> (the summary's map nests the same)
+    "val_loss/*": "nats/token",
+    "probe_token/*": "fraction correct",
+    "probe_early/*": "R² of block 1's write",
+    "param_gap": "fraction of the parameters",
     "seconds": "s",
 }
 

@@ -1,0 +1,78 @@
+"""The depth study's queries (PAPER.md §4 item 5): every residual rule's held-out loss and probes at every
+depth, and the weights each block's stream gives the outputs before it.  Its runs are
+``queries.list_runs(kind="depth")``; its verdicts are :mod:`ema_core.depth_findings`' on the
+``depth_results`` rows."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ema_core.depth import RULES
+
+from . import export
+from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, register_run_table
+
+
+def depth_results(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """Every cell: run_id, seed (the cell's: a run holds several), run_seed (the run's, its first), rule,
+    depth (blocks), d, params, lr, tokens, train_loss, val_loss (nats/token), val_bpb (bits/byte),
+    probe_token (accuracy), probe_token_chance, probe_early (R²), probe_token_init, probe_early_init (the
+    probes at initialisation), seconds.
+
+    Rules in the paper's predicted order, worst first (a rule of no RULES after them, by name), then by
+    depth, seed and run.
+    """
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, r.seed AS run_seed, t.rule, t.depth, t.d, t.params, t.lr, t.tokens,
+                   t.train_loss, t.val_loss, t.val_bpb, t.probe_token, t.probe_token_chance, t.probe_early,
+                   t.probe_token_init, t.probe_early_init, t.seconds
+            FROM depth_results t JOIN runs r USING (run_id)
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($rules::VARCHAR[], t.rule) NULLS LAST, t.rule, t.depth, t.seed, t.run_id""",
+        {"ids": id_list(run_ids), "rules": list(RULES)}, home,
+    )
+
+
+def depth_weights(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """The weight the stream after block ``layer`` gives each earlier output ``source`` (0: the embedding):
+    run_id, seed, rule, depth, layer, source, weight.
+
+    Rules in the paper's predicted order, then by depth, seed and run, then layer and source.
+    """
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, t.rule, t.depth, t.layer, t.source, t.weight
+            FROM depth_weights t
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($rules::VARCHAR[], t.rule) NULLS LAST, t.rule, t.depth, t.seed, t.run_id,
+                     t.layer, t.source""",
+        {"ids": id_list(run_ids), "rules": list(RULES)}, home,
+    )
+
+
+def run_figures(rows: pd.DataFrame) -> list:
+    """The figures of one run's exported ``depth_results`` rows (the Export page offers them as SVG/PNG)."""
+    from ema_core.figures.depth import run_figures as draw  # altair: only when a figure is drawn
+
+    return draw(rows)
+
+
+def weights_figures(rows: pd.DataFrame) -> list:
+    """The depth-weight maps of one run's exported ``depth_weights`` rows, one per depth."""
+    from ema_core.figures.depth import weights_figures as draw
+
+    return draw(rows)
+
+
+# Keyed by the cell (d, params and tokens follow from it and the config: kept as columns, never averaged);
+# the rows carry their own seeds, in the study's order (rules worst first, not alphabetical).
+register_run_table("depth_results", RunTable(
+    depth_results, ("rule", "depth", "d", "params", "tokens"),
+    ("val_loss", "val_bpb", "train_loss", "probe_token", "probe_token_chance", "probe_early", "probe_token_init",
+     "probe_early_init", "lr", "seconds"), seeds_in_rows=True, ordered=True))
+register_run_table("depth_weights", RunTable(
+    depth_weights, ("rule", "depth", "layer", "source"), ("weight",), seeds_in_rows=True, ordered=True))
+export.register_table("depth_results", "held-out loss, bits per byte and the two probes (trained and at "
+                                       "initialisation) of every residual rule at every depth", figures=run_figures)
+export.register_table("depth_weights", "the weight each block's stream gives every earlier output, per rule "
+                                       "and depth", figures=weights_figures)
