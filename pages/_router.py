@@ -27,9 +27,11 @@ _routed = False
 NAV: tuple[tuple[str, str, str], ...] = (
     ("overview", "Overview", ":material/home:"),
     ("dilution", "Trace dilution", ":material/blur_on:"),
+    ("depth_explorer", "Depth explorer", ":material/layers:"),
     ("structure", "Structure", ":material/account_tree:"),
     ("content", "Content", ":material/menu_book:"),
     ("boundary", "Boundary map", ":material/grid_on:"),
+    ("depth", "Depth dilution", ":material/stacked_line_chart:"),
     ("jobs", "Jobs", ":material/work_history:"),
     ("export", "Export", ":material/ios_share:"),
 )

@@ -42,6 +42,12 @@ def read_store(read: Callable[[], T]) -> T:
     problem = ingest_quietly()
     if problem:
         st.warning(f"The store could not be brought up to date: {problem}")
+    return query(read)
+
+
+def query(read: Callable[[], T]) -> T:
+    """``read()`` from the store as it is (a page reads it once brought up to date): an unreadable store
+    stops the page with its message."""
     try:
         return read()
     except StoreError as exc:

@@ -15,10 +15,10 @@ from ema_core.mixers import MIXER_NAMES
 from ema_core.scoreboard import boundary_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
 from pages._router import ensure_router
-from pages._state import finished_runs, launch, pick_config_seeds, read_store
+from pages._state import finished_runs, launch, pick_config_seeds, query, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from pages._verdicts import verdict_lines
-from store import StoreError, list_runs, mean_std_cells
+from store import list_runs, mean_std_cells
 from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 
 ensure_router()  # before anything is drawn: see pages/_router.py
@@ -68,15 +68,6 @@ def map_table(frame: pd.DataFrame) -> pd.DataFrame:
         "state_floats": frame["state_floats"],  # nullable (Int64): a row the store holds without it
     })
     return mean_std_cells(table, digits=3)
-
-
-def _query(read, picked: list[str]) -> pd.DataFrame:
-    """One of the study's queries for the runs picked (the store was brought up to date when read)."""
-    try:
-        return read(picked)
-    except StoreError as exc:
-        st.error(str(exc))
-        st.stop()
 
 
 def launch_section() -> None:
@@ -132,7 +123,7 @@ done = finished_runs(runs, "boundary", "one run per preset and seed", launch_sec
 picked, picked_configs, configs, _ = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)",
                                                       "boundary_runs", launch_section)
 
-rows = _query(boundary_accuracy, picked)
+rows = query(lambda: boundary_accuracy(picked))
 if rows.empty:
     st.info("These runs hold no cells of the map.")
     launch_section()
@@ -174,7 +165,7 @@ with text_col:
 # -- recall --------------------------------------------------------------------------------------------
 # The whole width: one facet per MQAR size does not shrink to a column.
 st.subheader("MQAR recall against state size")
-recall = _query(boundary_recall_state, picked)
+recall = query(lambda: boundary_recall_state(picked))
 if len(recall_state_frame(recall)):
     chart_with_downloads(recall_state_chart(recall_state_frame(recall)), "boundary_recall_state",
                          key="boundary_recall_chart")
@@ -200,7 +191,7 @@ if under:
 
 # -- the learning rates ---------------------------------------------------------------------------------
 with st.expander("Dev accuracy per learning rate"):
-    curves = _query(boundary_dev_curve, picked)
+    curves = query(lambda: boundary_dev_curve(picked))
     if curves.empty:
         st.info("These runs hold no dev curves (runs stored before every rate's dev accuracy was): only the "
                 "chosen rate and its dev accuracy, in the map's table.")
