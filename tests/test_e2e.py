@@ -9,7 +9,8 @@ Structure page draws finished structure runs, follows its split switch and state
 and the paper's claims' verdicts; the Content page draws real tiny language-model runs, follows its
 smoothing and log-axis controls and states the predictor ablation's verdict and SPEN ÷ GPT; the Trace
 dilution page says which limit applies (read-out, precision, noise) as its settings change; the
-Boundary map page draws a real tiny boundary run and states the paper's claims' verdicts.  Every
+Boundary map page draws a real tiny boundary run and states the paper's claims' verdicts; the Depth
+dilution page draws a real tiny depth run, states its verdicts and offers its exports.  Every
 verdict the browser must show is computed here from the same runs or settings, by the findings'
 own functions.
 """
@@ -510,8 +511,8 @@ def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chro
             nav.wait_for(timeout=WAIT_MS)
             links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
             titles = [text.strip().split("\n")[-1] for text in links]
-            assert titles == ["Overview", "Trace dilution", "Structure", "Content", "Boundary map", "Jobs",
-                              "Export"], links
+            assert titles == ["Overview", "Trace dilution", "Depth explorer", "Structure", "Content", "Boundary map",
+                              "Depth dilution", "Jobs", "Export"], links
             # app.py's own sidebar text: the router ran.
             assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
             _no_exception(page)
@@ -792,6 +793,69 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
         assert download.suggested_filename == "boundary_map.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "$\\pm$" in tex and "window\\_k" in tex
+        _no_exception(page)
+    finally:
+        page.close()
+
+
+def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(app_url, emalab_home,
+                                                                              chromium_browser):
+    from playwright.sync_api import expect
+
+    from depth_fixture import make_depth_runs
+    from ema_core.depth_findings import claim_verdicts
+    from ema_core.figures.depth import DEPTH_METRICS
+    from ema_core.scoreboard import depth_scores
+    from store.depth import depth_results
+
+    # One run of the experiment itself at tiny sizes (every rule at 1 and 2 blocks), with three seeds
+    # inside it: what a real run writes, and judged.
+    run_ids = make_depth_runs(emalab_home, (0,))
+    verdicts = claim_verdicts(depth_results(run_ids, home=emalab_home))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 5200}, accept_downloads=True)
+    try:
+        page.goto(app_url + "/depth")
+        page.get_by_role("heading", name="Depth dilution", exact=True).wait_for(timeout=WAIT_MS)
+        _wait_for_charts(page, 5)  # four metrics against depth, the weights map
+        charts = page.locator(CHARTS)
+        expect(charts).to_have_count(5)
+        for i, (axis, _) in enumerate(DEPTH_METRICS.values()):
+            # The y axis's title: one text (the chart's title is wrapped into lines, drawn apart).
+            expect(charts.nth(i)).to_contain_text(axis, timeout=WAIT_MS)
+            expect(charts.nth(i)).to_contain_text("input-dependent selection")  # a legend entry per rule
+        expect(charts.nth(4)).to_contain_text("Depth weights at 2 blocks")
+        # Every chart drawn (an svg or a canvas of its own), each with its SVG and PNG downloads.
+        for i in range(5):
+            assert charts.nth(i).locator("svg.marks, canvas").count() >= 1, i
+        # The page's own download buttons (a chart's toolbar has a "Download as PNG" of its own).
+        offered = page.get_by_test_id("stDownloadButton")
+        for label, n in (("SVG", 5), ("PNG", 5), ("CSV", 1), ("Markdown", 1), ("LaTeX", 1)):
+            expect(offered.filter(has_text=label)).to_have_count(n)
+        page.get_by_role("heading", name="The paper's order and the measured one").wait_for(timeout=WAIT_MS)
+        page.get_by_text("Where the two axes meet.", exact=False).wait_for(timeout=WAIT_MS)
+        for sc in depth_scores(verdicts):  # each claim and the check in one line, its full sentence on demand
+            expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible(timeout=WAIT_MS)
+        _open_verdicts(page)
+        for sc in depth_scores(verdicts):
+            expect(page.get_by_text(sc.detail, exact=True)).to_be_visible(timeout=WAIT_MS)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+        page.wait_for_timeout(1500)  # vega draws the titles after the marks: let the drawing finish
+        page.screenshot(path=str(SHOTS / "depth.png"))
+        _no_exception(page)
+
+        download = _download(page, "depth_table_dl_tex")
+        assert download.suggested_filename == "depth_results.tex"
+        tex = Path(download.path()).read_text()
+        assert "\\toprule" in tex and "$\\pm$" in tex and "val\\_loss" in tex and "select" in tex
+        download = _download(page, "depth_weights_chart_svg")
+        assert download.suggested_filename == "depth_weights.svg"
+        assert Path(download.path()).read_text().lstrip().startswith("<svg")
+
+        # The weights of the other depth: the map follows, and the URL says so.
+        page.locator(".st-key-depth_map_depth").get_by_text("1", exact=True).click()
+        expect(charts.nth(4)).to_contain_text("Depth weights at 1 block,", timeout=WAIT_MS)
+        page.wait_for_url(re.compile(r"depth_map_depth=1"), timeout=WAIT_MS)
         _no_exception(page)
     finally:
         page.close()

@@ -1,9 +1,10 @@
 """Every chart fits its column, in the real app in headless Chromium, at 1100 and 1400 px wide.
 
 One server over one data folder that holds a structure run (three seeds), real tiny language-model
-runs (GPT, SPEN linear and three attention predictors, two seeds each) and a real tiny boundary run of
-every mixer.  Each result page (and the Export page's figures) is opened at both widths; for every
-chart drawn, its drawing must end inside its column and inside the window, no text of it may be cut
+runs (GPT, SPEN linear and three attention predictors, two seeds each), a real tiny boundary run of
+every mixer and a real tiny depth run (every rule at two depths, three seeds).  Each result page (and
+the Export page's figures) is opened at both widths; for every chart drawn, its drawing must end
+inside its column and inside the window, no text of it may be cut
 (Vega ends a label cut at its limit with "…"), and the boundary map's legends must name every mixer.
 A screenshot of each page at each width is kept in artifacts/e2e/layout_<page>_<width>.png.
 """
@@ -20,9 +21,11 @@ WIDTHS = (1100, 1400)
 # since Streamlit scrolls an inner element and a full-page screenshot would show the window only).
 PAGES = {
     "dilution": ("dilution", "Trace dilution", 3, 2400),
+    "depth_explorer": ("depth_explorer", "Depth explorer", 7, 5200),  # needs no runs: its own measurement
     "structure": ("structure", "Structure", 2, 3400),
     "content": ("content", "Content", 4, 6400),
     "boundary": ("boundary", "Boundary map", 4, 4400),  # the dev curve's, once its expander is open
+    "depth": ("depth", "Depth dilution", 5, 4400),  # four metrics against depth, the weights map
     "export": ("export", "Export", 3, 2600),  # the boundary run's map, crossing and MQAR figures
 }
 # Each chart's drawing against its column and the window, and every text of it (titles, axes, legends).
@@ -41,6 +44,7 @@ MEASURE = """sel => [...document.querySelectorAll(sel)].map(chart => {
 @pytest.fixture(scope="module")
 def layout_url(tmp_path_factory):
     from boundary_fixture import make_boundary_runs
+    from depth_fixture import make_depth_runs
     from ema_core.mixers import MIXER_NAMES
     from lm_fixture import make_lm_runs
     from structure_fixture import make_structure_runs
@@ -50,6 +54,7 @@ def layout_url(tmp_path_factory):
     make_lm_runs(home, ("gpt", "linear", "softmax_state", "softmax_tokens", "linear_attention_state"), (0, 1))
     # Every mixer: the crossing chart's legend must hold all eight.
     make_boundary_runs(home, (0,), overrides={"mixers": ",".join(MIXER_NAMES)})
+    make_depth_runs(home, (0,))
     with _serve(home, tmp_path_factory.mktemp("streamlit") / "server.log") as url:
         yield url
 

@@ -385,3 +385,174 @@ def test_the_content_labels_cover_exactly_the_registries_choices():
     from ema_core.lm.predictors import ATTN_INPUTS, PREDICTORS
 
     assert set(PREDICTOR_LABELS) == set(PREDICTORS) and set(ATTN_INPUT_LABELS) == set(ATTN_INPUTS)
+
+
+# -- the depth study's trained comparison ---------------------------------------------------------------
+
+def _depth_rows(rules=("sum", "static", "select"), depths=(2, 4, 8), seeds=(0, 1, 2)) -> pd.DataFrame:
+    """``depth_results`` rows as the store returns them (synthetic: the charts read only these columns)."""
+    rows = []
+    for i, rule in enumerate(rules):
+        for depth in depths:
+            for seed in seeds:
+                rows.append(dict(run_id="depth-x-s0", seed=seed, rule=rule, depth=depth,
+                                 val_loss=5.0 - 0.1 * i + 0.01 * seed, val_bpb=7.0 - 0.1 * i,
+                                 probe_token=0.5 + 0.01 * seed, probe_token_chance=0.2, probe_token_init=0.6,
+                                 probe_early=0.8 / depth + 0.01 * seed, probe_early_init=0.7))
+    return pd.DataFrame(rows)
+
+
+def _depth_weight_rows(rules=("sum", "static", "select"), depths=(2, 4), seeds=(0, 1)) -> pd.DataFrame:
+    """``depth_weights`` rows: for each stream after block i, a weight on every output j ≤ i."""
+    rows = []
+    for rule in rules:
+        for depth in depths:
+            for seed in seeds:
+                for layer in range(1, depth + 1):
+                    for source in range(layer + 1):
+                        w = float(source == layer) if rule == "sum" else (1 + source + seed) / (layer + 1) ** 2
+                        rows.append(dict(run_id="depth-x-s0", seed=seed, rule=rule, depth=depth, layer=layer,
+                                         source=source, weight=w))
+    return pd.DataFrame(rows)
+
+
+def _layers(spec: dict) -> list[dict]:
+    return spec.get("layer", [spec])
+
+
+def _marks(spec: dict) -> list[str]:
+    return [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"] for layer in _layers(spec)]
+
+
+def test_the_depth_metric_chart_has_one_series_per_rule_in_its_rules_colour():
+    from ema_core.depth import RULE_LABELS
+    from ema_core.figures.depth import depth_frame, depth_metric_chart
+
+    every = _colour_map(depth_metric_chart(depth_frame(_depth_rows()), "val_loss"))
+    assert every == {RULE_LABELS[r]: palette.DEPTH_RULE_COLORS[r] for r in ("sum", "static", "select")}
+    assert list(every) == [RULE_LABELS[r] for r in ("sum", "static", "select")]  # the paper's order, worst first
+    assert len(set(every.values())) == 3
+    # Fewer rules: only theirs in the legend, each in the colour it had among all.
+    two = _colour_map(depth_metric_chart(depth_frame(_depth_rows(("select", "sum"))), "probe_early"))
+    assert two == {RULE_LABELS["sum"]: every[RULE_LABELS["sum"]], RULE_LABELS["select"]: every[RULE_LABELS["select"]]}
+    # A rule the palette does not know is drawn, in the colour of the unknown, never in a rule's.
+    odd = _colour_map(depth_metric_chart(depth_frame(_depth_rows(("sum", "gated"))), "val_loss"))
+    assert odd == {RULE_LABELS["sum"]: palette.DEPTH_RULE_COLORS["sum"], "gated": palette.OTHER_COLOR}
+
+
+def test_the_depth_metric_chart_draws_error_bars_only_with_several_seeds():
+    from ema_core.figures.depth import depth_frame, depth_metric_chart
+
+    three = _spec(depth_metric_chart(depth_frame(_depth_rows()), "val_loss"))
+    assert _marks(three) == ["errorbar", "line", "point"]
+    assert "± one std" in json.dumps(three["title"], ensure_ascii=False)
+    one = _spec(depth_metric_chart(depth_frame(_depth_rows(seeds=(0,))), "val_loss"))
+    assert _marks(one) == ["line", "point"]  # one seed has no spread: no bar, nor a layer for none
+    assert "± one std" not in json.dumps(one["title"], ensure_ascii=False)
+    assert "mean over 1 seed;" in json.dumps(one["title"])
+
+
+def test_the_depth_metric_chart_keeps_the_true_depth_and_a_dashed_baseline():
+    from ema_core.figures.depth import WHEN_DASHES, depth_frame, depth_metric_chart
+
+    spec = _spec(depth_metric_chart(depth_frame(_depth_rows()), "probe_token"))
+    values = next(iter(spec["datasets"].values()))
+    # Rules are set a little apart along depth; the axis names only the depths run, the tooltip the true one.
+    at4 = sorted((v["rule"], v["depth_drawn"]) for v in values if v["depth"] == 4 and v["when"] == "trained")
+    assert len({d for _, d in at4}) == 3 and all(3.5 < d < 4.5 for _, d in at4)
+    line = next(layer for layer in _layers(spec) if _marks({"layer": [layer]}) == ["line"])
+    assert line["encoding"]["x"]["axis"]["values"] == [2, 4, 8]
+    assert {"field": "depth", "title": "blocks", "type": "quantitative"} in line["encoding"]["tooltip"]
+    dash = line["encoding"]["strokeDash"]
+    assert dash["scale"] == {"domain": ["trained", "at init"],
+                             "range": [WHEN_DASHES["trained"], WHEN_DASHES["at init"]]}
+    assert dash["legend"]["symbolType"] == "stroke"  # the legend shows the dash, not a dot
+    # One depth only: a log axis of some width about it, not a domain of zero width.
+    single = _spec(depth_metric_chart(depth_frame(_depth_rows(depths=(4,))), "val_loss"))
+    x = next(layer for layer in _layers(single) if "x" in layer.get("encoding", {}))["encoding"]["x"]
+    lo, hi = x["scale"]["domain"]
+    assert lo < 4 < hi
+    assert "<svg" in chart_to_svg(depth_metric_chart(depth_frame(_depth_rows(depths=(4,))), "val_loss"))
+
+
+def _weight_cells(chart) -> list[dict]:
+    spec = _spec(chart)
+    return [v for values in spec["datasets"].values() for v in values]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 8, 16])
+def test_the_depth_weights_map_is_lower_triangular_and_fits_a_page(depth):
+    from ema_core.depth import RULE_LABELS
+    from ema_core.figures import PAGE_WIDTH
+    from ema_core.figures.depth import weights_frame, weights_map
+
+    rows = _depth_weight_rows(depths=(depth,))
+    chart = weights_map(weights_frame(rows, depth), depth)
+    cells = _weight_cells(chart)
+    # Every rule's triangle whole: block i's stream weighs the embedding and the outputs 1..i, nothing after.
+    assert all(c["source"] <= c["layer"] for c in cells)
+    assert len(cells) == 3 * depth * (depth + 3) // 2
+    assert {c["rule_label"] for c in cells} == {RULE_LABELS[r] for r in ("sum", "static", "select")}
+    # The mean over seeds of each cell.
+    stored = rows.groupby(["rule", "layer", "source"])["weight"].mean()
+    assert all(c["weight"] == pytest.approx(stored[(c["rule"], c["layer"], c["source"])]) for c in cells)
+    title = json.dumps(_spec(chart)["title"])
+    assert f"at {depth} block{'' if depth == 1 else 's'}," in title
+    svg = chart_to_svg(chart)
+    assert float(re.search(r'<svg[^>]* width="([\d.]+)"', svg).group(1)) <= PAGE_WIDTH  # a facet is not narrowed
+    assert "…" not in svg
+
+
+def test_the_depth_weights_map_takes_light_text_on_dark_cells_only():
+    from ema_core.figures.depth import weights_frame, weights_map
+
+    spec = _spec(weights_map(weights_frame(_depth_weight_rows(depths=(2,)), 2), 2))
+    text = next(layer for layer in spec["spec"]["layer"] if _marks({"layer": [layer]}) == ["text"])
+    colour = text["encoding"]["color"]
+    assert colour["condition"]["value"] == palette.TEXT_ON_DARK and colour["value"] == palette.TEXT_COLOR
+    # The threshold is a share of the scale's reach (here the fixed sum's 1), whichever sign the weight has.
+    assert colour["condition"]["test"] == f"abs(datum.weight) > {palette.ABOVE_CHANCE_DARK * 1.0!r}"
+
+
+def test_a_depth_runs_figures_are_named_and_export_to_svg():
+    from ema_core.figures.depth import run_figures, weights_figures
+
+    figures = run_figures(_depth_rows())
+    assert [name for name, _ in figures] == ["depth_val_loss", "depth_val_bpb", "depth_probe_token",
+                                             "depth_probe_early"]
+    maps = weights_figures(_depth_weight_rows(depths=(2, 4)))
+    assert [name for name, _ in maps] == ["depth_weights_2", "depth_weights_4"]
+    for name, chart in figures + maps:
+        svg = chart_to_svg(chart)
+        assert svg.lstrip().startswith("<svg"), name
+    # A table without a metric draws no chart of it; no rows, no figure.
+    assert [name for name, _ in run_figures(_depth_rows().drop(columns=["val_bpb"]))][:2] == ["depth_val_loss",
+                                                                                            "depth_probe_token"]
+    assert run_figures(_depth_rows().iloc[:0]) == [] and weights_figures(_depth_weight_rows().iloc[:0]) == []
+
+
+def test_every_colour_a_depth_chart_draws_is_the_palettes():
+    from ema_core.figures.depth import run_figures, weights_figures
+    from test_palette import _colours
+
+    charts = [c for _, c in run_figures(_depth_rows(("sum", "static", "select", "gated")))]
+    charts += [c for _, c in weights_figures(_depth_weight_rows())]
+    for chart in charts:
+        found, _ = _colours(chart)  # also asserts that every colour scale names its own range
+        assert found
+        stray = [(c, where) for c, where in found if str(c).lower() not in palette.COLORS]
+        assert not stray, stray
+
+
+def test_depth_chart_titles_fit_their_charts():
+    from ema_core.figures import PAGE_WIDTH
+    from ema_core.figures.depth import run_figures, weights_figures
+
+    charts = [(c, TITLE_WIDTH) for _, c in run_figures(_depth_rows())]
+    charts += [(c, PAGE_WIDTH) for _, c in weights_figures(_depth_weight_rows(depths=(16,)))]
+    for chart, width in charts:
+        title = _spec(chart)["title"]
+        lines = [(t, TITLE_SIZE, True) for t in _lines(title["text"])]
+        lines += [(t, SUBTITLE_SIZE, False) for t in _lines(title.get("subtitle"))]
+        for text, size, bold in lines:
+            assert _measure(text, size, bold) <= width, (text, width)

@@ -170,7 +170,8 @@ PRESETS: dict[str, dict] = {
               "train.steps": 300, "train.warmup": 100, "train.lr": AUTO, "train.eval_every": 100,
               "train.eval_tokens": 8192, "train.final_eval_tokens": 32_768, "train.checkpoint_every": 1_000_000,
               "probe.windows": 48},
-    # The same grid, three seeds, four times the tokens: a night on 2 cores, an hour on a GPU.
+    # The same grid, three seeds, eight times the tokens per model (4× the steps, 2× the context): a night on
+    # 2 cores, an hour on a GPU.
     "full": {"seeds": 3, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8,
              "train.steps": 1200, "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 200,
              "train.eval_tokens": 16_384, "train.final_eval_tokens": 65_536, "train.checkpoint_every": 1_000_000,

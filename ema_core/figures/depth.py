@@ -333,6 +333,11 @@ def depth_metric_chart(frame: pd.DataFrame, metric: str) -> alt.LayerChart:
                           + ("; rules set a little apart along depth" if len(rules) > 1 else ""))))
 
 
+# "static learned weights (DenseFormer)" -> ["static learned weights", "(DenseFormer)"]; a label without " (" whole.
+_TWO_LINES = ("indexof(datum.value, ' (') > 0 ? [slice(datum.value, 0, indexof(datum.value, ' (')), "
+              "slice(datum.value, indexof(datum.value, ' (') + 1)] : datum.value")
+
+
 def weights_frame(rows: pd.DataFrame, depth: int) -> pd.DataFrame:
     """The depth weights of one depth, mean over seeds: rule, rule_label, layer, source, weight, n."""
     data = rows[rows["depth"] == depth]
@@ -355,8 +360,10 @@ def weights_map(frame: pd.DataFrame, depth: int) -> alt.FacetChart:
     data = frame.assign(text=[f"{w:.2f}" for w in frame["weight"]])
     # Shared scales: one y axis beside the first column, as facet_grid sizes the row for (an axis beside
     # every facet would widen the map past the page); every rule has the same rows and columns anyway.
+    # The columns' title is in the subtitle: under each facet it would be wider than a narrow facet, and
+    # widen the map past its column.
     base = alt.Chart().encode(
-        x=alt.X("source:O", title="output weighed (0 = embedding)", axis=alt.Axis(labelAngle=0)),
+        x=alt.X("source:O", title=None, axis=alt.Axis(labelAngle=0)),
         y=alt.Y("layer:O", title="stream after block", sort="ascending"))
     cells = base.mark_rect(stroke=palette.TEXT_ON_DARK, strokeWidth=1).encode(
         color=alt.Color("weight:Q", title="weight",
@@ -373,11 +380,14 @@ def weights_map(frame: pd.DataFrame, depth: int) -> alt.FacetChart:
                                 alt.value(palette.TEXT_ON_DARK), alt.value(palette.TEXT_COLOR))
         layers.append(base.mark_text(fontSize=8).encode(text="text:N", color=on_dark))
     chart = alt.layer(*layers, data=data).properties(width=alt.Step(cell), height=alt.Step(cell))
-    return with_layout(chart.facet(facet=alt.Facet("rule_label:N", sort=labels, title=None), columns=columns)
+    # A rule's heading on two lines where its label has a parenthesis: on one it is wider than a facet.
+    header = alt.Header(labelFontSize=LEGEND_SIZE, labelExpr=_TWO_LINES)
+    return with_layout(chart.facet(facet=alt.Facet("rule_label:N", sort=labels, title=None, header=header),
+                                   columns=columns)
                        .properties(title=chart_title(
                            f"Depth weights at {depth} block{'' if depth == 1 else 's'}, as DenseFormer draws them",
-                           "row i: the stream after block i (what block i + 1, or the head, reads) as weights on "
-                           "the embedding (0) and the outputs of blocks 1..i; sum: 1 on its own output; select: "
+                           "row i: the stream after block i (what block i + 1, or the head, reads); column j: its "
+                           "weight on the output of block j (0: the embedding); sum: 1 on its own output; select: "
                            "the per-token softmax averaged over the probe tokens", PAGE_WIDTH)))
 
 
