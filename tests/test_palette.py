@@ -108,8 +108,17 @@ def _boundary(mixers=MIXER_NAMES, lrs=(3e-2, 1e-2, 3e-3, 1e-3)) -> list:
             recall_state_chart(recall_state_frame(_recall_rows(mixers))), dev_curve_chart(_dev_rows(lrs))]
 
 
+def _depth(rules=("sum", "static", "select")) -> list:
+    from ema_core.figures.depth import depth_frame, depth_metric_chart, weights_frame, weights_map
+    from test_figures import _depth_rows, _depth_weight_rows
+
+    frame = depth_frame(_depth_rows(rules))
+    return [depth_metric_chart(frame, "val_loss"), depth_metric_chart(frame, "probe_early"),
+            weights_map(weights_frame(_depth_weight_rows(rules), 4), 4)]
+
+
 def every_chart() -> list:
-    return [*_dilution(), *_dilution(roles=rate_roles(ALPHAS)), *_structure(), *_content(), *_boundary()]
+    return [*_dilution(), *_dilution(roles=rate_roles(ALPHAS)), *_structure(), *_content(), *_boundary(), *_depth()]
 
 
 # -- reading colours out of a chart's spec ---------------------------------------------------------------
@@ -205,7 +214,7 @@ def test_every_colour_every_chart_draws_is_the_palettes():
     """(b) Every colour of every chart builder's output (scale ranges, values, conditions, marks) is one of
     the palette's, and every colour scale names its own range (no default scheme, no position)."""
     charts = every_chart()
-    assert len(charts) == 17
+    assert len(charts) == 20
     for chart in charts:
         found, _ = _colours(chart)
         assert found, "every chart draws in some colour"
@@ -219,7 +228,8 @@ def test_every_colour_every_chart_draws_is_the_palettes():
     (lambda: _structure(), lambda: _structure(("traces", "bigru"), ("control_pos", "untrained"))),
     (lambda: _content(), lambda: _content([VARIANTS[5], VARIANTS[1]])),
     (lambda: _boundary(), lambda: _boundary(("softmax", "ema3_seq", "window_k"), (1e-3, 3e-2))),
-], ids=["dilution", "dilution-sliders", "structure", "content", "boundary"])
+    (lambda: _depth(), lambda: _depth(("select", "sum"))),
+], ids=["dilution", "dilution-sliders", "structure", "content", "boundary", "depth"])
 def test_a_series_keeps_its_colour_whichever_others_are_shown(full, part):
     """(c) The same chart of fewer series gives each of them the colour it had among all."""
     compared = 0
