@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Mapping
 
 from ema_core.mixers import MIXER_NAMES
-from ema_core.verdicts import (RULE_AS_TEST, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, not_judged,
-                               spread, t_threshold)
+from ema_core.verdicts import (RULE_AS_TEST, SANITY_WORDS, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread,
+                               finite, judge, not_judged, records, spread, t_threshold)
 
 # The study's tasks, declared here (ema_core.boundary, which builds them, reads this): structure,
 # then content, at a distance; associative recall; identity at a lag.
@@ -94,14 +94,14 @@ def normalised(acc: float, chance: float) -> float:
 def baseline(chance: float, floor: float | None) -> float:
     """What a cell's accuracy is set against: max(chance, exclusion floor), or chance alone where the
     floor is missing (a run stored before it was measured) or not finite."""
-    f = _finite(floor)
+    f = finite(floor)
     return chance if f is None else max(float(chance), f)
 
 
 def above_floor(acc: float, chance: float, floor: float | None) -> float:
     """Accuracy above max(chance, exclusion floor): 0 where a model that never sees position t − k
     already gets, 1 perfect (:func:`normalised` against :func:`baseline`)."""
-    if chance is None or _finite(chance) is None:
+    if chance is None or finite(chance) is None:
         return math.nan
     return normalised(acc, baseline(chance, floor))
 
@@ -143,23 +143,9 @@ class Grid:
         return {d: self.levels[(t, d)] for m, t, d in self.keys if m == mixer and t == task}
 
 
-def _records(rows: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
-    # A DataFrame iterates over its column names; its records are what is meant.
-    to_dict = getattr(rows, "to_dict", None)
-    return to_dict("records") if callable(to_dict) else rows
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def level_of(level: Any, difficulty: str) -> int:
     """The row's level, or where it has none, the number its difficulty names first ("k=8", "pairs=16,T=64")."""
-    if _finite(level) is not None:
+    if finite(level) is not None:
         return int(float(level))
     found = re.search(r"=(\d+)", difficulty)
     return int(found.group(1)) if found else 0
@@ -170,11 +156,11 @@ def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
     A row without an exclusion floor (a run stored before it) leaves the cell's floor None."""
     sums: dict[int, dict[Key, list]] = {}
     levels: dict[tuple[str, str], int] = {}
-    for r in _records(rows):
-        acc, chance, seed = _finite(r.get("accuracy")), _finite(r.get("chance")), _finite(r.get("seed"))
+    for r in records(rows):
+        acc, chance, seed = finite(r.get("accuracy")), finite(r.get("chance")), finite(r.get("seed"))
         if acc is None or chance is None or seed is None:
             continue
-        dev, floor = _finite(r.get("dev_accuracy")), _finite(r.get("exclusion_floor"))
+        dev, floor = finite(r.get("dev_accuracy")), finite(r.get("exclusion_floor"))
         key = (str(r["mixer"]), str(r["task"]), str(r["difficulty"]))
         s = sums.setdefault(int(seed), {}).setdefault(key, [0.0, 0.0, 0, 0.0, 0, 0.0, 0])
         s[0], s[1], s[2] = s[0] + acc, s[1] + chance, s[2] + 1
@@ -380,7 +366,6 @@ VERDICT_RULE = (
     "check the harness, so they say whether the map can be read, not whether the paper is right.\n\n"
     + RULE_AS_TEST
 )
-SANITY_WORDS = {"reproduced": "holds", "not_reproduced": "fails", "inconclusive": "inconclusive"}
 
 
 @dataclass(frozen=True)
@@ -497,8 +482,8 @@ def recall_frontier(rows: Iterable[Mapping[str, Any]], level: float = RECALL_LEV
     seeds reaches ``level``, from ``boundary_recall_state`` rows; a mixer that reaches it at no width
     measured is absent.  Rows without a finite accuracy or state are left out."""
     sums: dict[tuple[str, str, float], list[float]] = {}
-    for r in _records(rows):
-        acc, floats = _finite(r.get("accuracy")), _finite(r.get("state_floats"))
+    for r in records(rows):
+        acc, floats = finite(r.get("accuracy")), finite(r.get("state_floats"))
         if acc is None or floats is None:
             continue
         sums.setdefault((str(r["mixer"]), str(r["difficulty"]), floats), []).append(acc)

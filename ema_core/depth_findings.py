@@ -24,10 +24,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ema_core.boundary_findings import SANITY_WORDS
 from ema_core.depth import RULE_LABELS, RULES
-from ema_core.verdicts import (RULE_AS_TEST, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, not_judged,
-                               spread, t_threshold)
+from ema_core.verdicts import (RULE_AS_TEST, SANITY_WORDS, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread,
+                               finite, judge, not_judged, records, spread, t_threshold)
 
 # The paper's predicted order, worst first (as RULES is declared): the fixed sum below static learned
 # weights, below input-dependent selection.
@@ -63,20 +62,6 @@ class Grid:
         return self.seeds.get(seed, {}).get((rule, depth), {}).get(metric)
 
 
-def _records(rows: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
-    # A DataFrame iterates over its column names; its records are what is meant.
-    to_dict = getattr(rows, "to_dict", None)
-    return to_dict("records") if callable(to_dict) else rows
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
     """Cells per seed from ``depth_results`` rows (dicts, or a DataFrame).  A row without a rule, a
     finite depth or a finite seed is left out; within a row, each metric that is missing or not finite
@@ -84,19 +69,19 @@ def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
     sums: dict[int, dict[Key, dict[str, list[float]]]] = {}
     widths: set[int] = set()
     tokens: set[int] = set()
-    for r in _records(rows):
-        rule, depth, seed = r.get("rule"), _finite(r.get("depth")), _finite(r.get("seed"))
+    for r in records(rows):
+        rule, depth, seed = r.get("rule"), finite(r.get("depth")), finite(r.get("seed"))
         if not isinstance(rule, str) or depth is None or seed is None:
             continue
         cell = sums.setdefault(int(seed), {}).setdefault((rule, int(depth)), {})
         for m in METRICS:
-            v = _finite(r.get(m))
+            v = finite(r.get(m))
             if v is not None:
                 s = cell.setdefault(m, [0.0, 0])
                 s[0], s[1] = s[0] + v, s[1] + 1
-        if (d := _finite(r.get("d"))) is not None:
+        if (d := finite(r.get("d"))) is not None:
             widths.add(int(d))
-        if (t := _finite(r.get("tokens"))) is not None:
+        if (t := finite(r.get("tokens"))) is not None:
             tokens.add(int(t))
     seeds = {seed: {k: {m: total / n for m, (total, n) in cell.items()} for k, cell in cells.items()}
              for seed, cells in sums.items()}

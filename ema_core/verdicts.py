@@ -30,6 +30,8 @@ VERDICT_K = 2.0        # "beyond the seeds' spread": |mean Δ| > VERDICT_K × th
 VERDICT_MIN_SEEDS = 3
 VERDICT_WORDS = {"reproduced": "reproduced", "not_reproduced": "not reproduced", "inconclusive": "inconclusive",
                  "not_judged": "not judged"}  # a claim's own sentence says "not judged: n seeds" (not_judged)
+# A sanity check (it holds by construction or checks the harness) is said to hold or fail, not to reproduce.
+SANITY_WORDS = {"reproduced": "holds", "not_reproduced": "fails", "inconclusive": "inconclusive"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,22 @@ class Spread:
     def shifted(self, level: float) -> "Spread":
         """The spread of (value − level): the same std and seeds."""
         return Spread(self.mean - level, self.std, self.n)
+
+
+def records(rows: Iterable[Mapping]) -> Iterable[Mapping]:
+    """A study's rows as mappings: a DataFrame's records (iterating one gives its column names), or the
+    rows as they are (a list of dicts); the findings take either without importing pandas."""
+    to_dict = getattr(rows, "to_dict", None)
+    return to_dict("records") if callable(to_dict) else rows
+
+
+def finite(v) -> float | None:
+    """``v`` as a float, or None where it is missing, not a number or not finite (a cell left out)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def spread(values: Iterable[float | None]) -> Spread:
