@@ -38,11 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.boundary import (Difficulty, TaskConfig, Trainer, accuracy, chance, exclusion_floor, make_data,
                                mqar_fits, task_seed)
 from ema_core.boundary_findings import TASKS, TaskName
-from ema_core.experiments.cells import (one_thread, restore_cells, run_parallel, run_serial, save_cells,
-                                       stop_requested)
+from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
-from ema_core.protocol import Cancelled, Experiment, Reporter
+from ema_core.protocol import Experiment, Reporter
 
 KIND = "boundary"
 # 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone).
@@ -320,38 +319,27 @@ def run(cfg: BoundaryConfig, reporter: Reporter) -> dict:
     t_start = time.perf_counter()
     check_mixers(cfg)  # before any cell trains, and again on resume: the code may have changed since
     grid = cells(cfg)
-    done, elapsed_before = restore_cells(reporter, KIND, cfg, CHECKPOINT_FORMAT)
 
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - t_start
-
-    def finished(i: int, outcome: dict) -> None:
-        done[i] = outcome
+    def report(i: int, outcome: dict, n_done: int) -> None:
         cell, row = grid[i], outcome["row"]
         d = cell.difficulty
         other_width = cell.width != cfg.model.d  # a cell of recall against state: its width is said
-        reporter.log(len(done), {f"accuracy/{cell.mixer}/{d.task}/{d.label}"
-                                 f"{f'/d={cell.width}' if other_width else ''}": row["accuracy"]})
-        reporter.progress(len(done) / len(grid), f"{len(done)}/{len(grid)} cells: {cell.mixer} · {d.task} {d.label}"
-                                                 f"{f' · d={cell.width}' if other_width else ''} "
-                                                 f"→ {row['accuracy']:.3f}")
-        if len(done) < len(grid):
-            save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
+        reporter.log(n_done, {f"accuracy/{cell.mixer}/{d.task}/{d.label}"
+                              f"{f'/d={cell.width}' if other_width else ''}": row["accuracy"]})
+        reporter.progress(n_done / len(grid), f"{n_done}/{len(grid)} cells: {cell.mixer} · {d.task} {d.label}"
+                                              f"{f' · d={cell.width}' if other_width else ''} "
+                                              f"→ {row['accuracy']:.3f}")
 
-    todo = [i for i in range(len(grid)) if i not in done]
-    complete = (_run_parallel if cfg.workers > 1 and len(todo) > 1 else _run_serial)(cfg, grid, todo, reporter,
-                                                                                      finished)
-    if not complete:  # stopped: the cells done are kept, the ones cut short start again on resume
-        save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
-        raise Cancelled(len(done))
-    reporter.progress(1.0, "done")
+    done, seconds = run_cells(cfg, grid, reporter, kind=KIND, fmt=CHECKPOINT_FORMAT, t_start=t_start, report=report,
+                              serial=lambda todo, fin: _run_serial(cfg, grid, todo, reporter, fin),
+                              parallel=lambda todo, fin: _run_parallel(cfg, grid, todo, reporter, fin))
     outcomes = [(grid[i], done[i]) for i in range(len(grid))]
     rows = [o["row"] for c, o in outcomes if c.width == cfg.model.d]
     recall = [{key: o["row"][key] for key in RECALL_COLUMNS} for c, o in outcomes
               if c.difficulty.task == "mqar" and c.width in recall_widths(cfg, c.mixer)]
     curves = [{"mixer": c.mixer, "task": c.difficulty.task, "difficulty": c.difficulty.label, "seed": c.seed,
                "d": c.width, **point} for c, o in outcomes for point in o["curve"]]
-    return {"summary": summarise(cfg, rows, elapsed(), recall),
+    return {"summary": summarise(cfg, rows, seconds, recall),
             "tables": {"boundary_accuracy": rows, "boundary_dev_curve": curves, "boundary_recall_state": recall}}
 
 

@@ -27,7 +27,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ema_core.protocol import StoredConfig, check_checkpoint
+from ema_core.protocol import Cancelled, StoredConfig, check_checkpoint
 
 
 @contextlib.contextmanager
@@ -40,6 +40,34 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def run_cells(cfg, grid: list, reporter, *, kind: str, fmt: int, t_start: float,
+              report: Callable[[int, dict, int], None], serial: Callable[[list[int], Callable], bool],
+              parallel: Callable[[list[int], Callable], bool]) -> tuple[dict[int, dict], float]:
+    """A grid run from where its checkpoint left it: every cell of ``grid`` not done yet, by ``parallel``
+    (``cfg.workers`` > 1 and more than one cell to do) or ``serial``, each called with the indices to do
+    and the callback that takes a cell's outcome.  ``report(index, outcome, cells done)`` logs a cell as
+    it ends; the cells done are checkpointed after each.  Returns (outcome by index, seconds spent over
+    every attempt, from ``t_start`` in this one); a stop saves the cells done and raises
+    :class:`ema_core.protocol.Cancelled` (the cells cut short start again on resume)."""
+    done, before = restore_cells(reporter, kind, cfg, fmt)
+
+    def elapsed() -> float:
+        return before + time.perf_counter() - t_start
+
+    def finished(i: int, outcome: dict) -> None:
+        done[i] = outcome
+        report(i, outcome, len(done))
+        if len(done) < len(grid):
+            save_cells(reporter, cfg, fmt, done, elapsed())
+
+    todo = [i for i in range(len(grid)) if i not in done]
+    if not (parallel if cfg.workers > 1 and len(todo) > 1 else serial)(todo, finished):
+        save_cells(reporter, cfg, fmt, done, elapsed())
+        raise Cancelled(len(done))
+    reporter.progress(1.0, "done")
+    return done, elapsed()
 
 
 def restore_cells(reporter, kind: str, cfg, fmt: int) -> tuple[dict[int, dict], float]:

@@ -36,8 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import seed_field
 from ema_core.depth import RULES, Rule
-from ema_core.experiments.cells import (one_thread, restore_cells, run_parallel, run_serial, save_cells,
-                                       stop_requested)
+from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.lm.data import LMDataConfig
 from ema_core.lm.gpt import NORMS
 from ema_core.lm.rates import AUTO, Auto
@@ -328,38 +327,28 @@ def run(cfg: DepthConfig, reporter: Reporter) -> dict:
                          f"vocabulary ({vocab}); at most {PARAM_TOLERANCE:.0%}")
     check_rules(cfg)
     grid = cells(cfg)
-    done, elapsed_before = restore_cells(reporter, KIND, cfg, CHECKPOINT_FORMAT)
 
-    def elapsed() -> float:
-        return elapsed_before + time.perf_counter() - t_start
-
-    def finished(i: int, outcome: dict) -> None:
-        done[i] = outcome
+    def report(i: int, outcome: dict, n_done: int) -> None:
         cell, row = grid[i], outcome["row"]
-        reporter.log(len(done), {f"val_loss/{cell.rule}/{cell.depth}": row["val_loss"],
-                                 f"probe_token/{cell.rule}/{cell.depth}": row["probe_token"],
-                                 f"probe_early/{cell.rule}/{cell.depth}": row["probe_early"]})
-        reporter.progress(len(done) / len(grid), f"{len(done)}/{len(grid)} cells: {cell.rule} · {cell.depth} blocks "
-                                                 f"· seed {cell.seed} → val loss {row['val_loss']:.3f}")
-        if len(done) < len(grid):
-            save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
+        reporter.log(n_done, {f"{m}/{cell.rule}/{cell.depth}": row[m]
+                              for m in ("val_loss", "probe_token", "probe_early")})
+        reporter.progress(n_done / len(grid), f"{n_done}/{len(grid)} cells: {cell.rule} · {cell.depth} blocks · seed "
+                                              f"{cell.seed} → val loss {row['val_loss']:.3f}")
 
-    todo = [i for i in range(len(grid)) if i not in done]
-    if cfg.workers > 1 and len(todo) > 1:
+    def parallel(todo: list[int], finished) -> bool:
         # The deepest cells first: a long cell handed out last would leave the other workers idle.
         order = sorted(todo, key=lambda i: -grid[i].depth)
-        complete = run_parallel([(i, (cfg, *grid[i])) for i in order], cfg.workers, reporter, finished,
-                                _worker_cell)
-    else:
-        complete = run_serial([(i, (cfg, *grid[i])) for i in todo], len(grid), reporter, finished, run_cell,
-                              lambda i: f"{grid[i].rule} · {grid[i].depth} blocks · seed {grid[i].seed}")
-    if not complete:
-        save_cells(reporter, cfg, CHECKPOINT_FORMAT, done, elapsed())
-        raise Cancelled(len(done))
-    reporter.progress(1.0, "done")
+        return run_parallel([(i, (cfg, *grid[i])) for i in order], cfg.workers, reporter, finished, _worker_cell)
+
+    def serial(todo: list[int], finished) -> bool:
+        return run_serial([(i, (cfg, *grid[i])) for i in todo], len(grid), reporter, finished, run_cell,
+                          lambda i: f"{grid[i].rule} · {grid[i].depth} blocks · seed {grid[i].seed}")
+
+    done, seconds = run_cells(cfg, grid, reporter, kind=KIND, fmt=CHECKPOINT_FORMAT, t_start=t_start, report=report,
+                              serial=serial, parallel=parallel)
     rows = [done[i]["row"] for i in range(len(grid))]
     weights = [w for i in range(len(grid)) for w in done[i]["weights"]]
-    return {"summary": summarise(cfg, rows, elapsed(), vocab),
+    return {"summary": summarise(cfg, rows, seconds, vocab),
             "tables": {"depth_results": rows, "depth_weights": weights}}
 
 
