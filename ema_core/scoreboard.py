@@ -143,7 +143,7 @@ def depth_scores(verdicts: Iterable[depth_findings.ClaimVerdict]) -> list[Score]
         c, d = v.claim, v.delta
         measured = _pm(d, 4, c.unit) + (f" {v.over}" if v.over and d.n else "")
         out.append(Score("depth", c.key, plain(c.what), c.paper, measured, d, _outcome(v.verdict, d.n), v.word,
-                         v.sentence, sanity=c.sanity))
+                         v.sentence, note=v.note, sanity=c.sanity))
     return out
 
 

@@ -23,7 +23,7 @@ ensure_router()  # before anything is drawn: see pages/_router.py
 KIND = "depth"
 # What a preset's config cannot say: how long it takes.  Its depths, tokens and seeds are read from
 # the config itself, so that the note cannot drift from what a launch runs.
-PRESET_NOTES = {"quick": "about 15 minutes on two CPU cores", "full": "for a GPU or a night"}
+PRESET_NOTES = {"quick": "about 20 minutes a seed on two CPU cores", "full": "for a GPU or a night"}
 
 
 def preset_note(preset: str) -> str:

@@ -249,3 +249,17 @@ def test_the_statement_says_whether_fixed_accumulation_loses_more_with_depth_and
     assert "not judged: 2 seeds, the rule needs 3" in depth_statement(paper_like(seeds=(1, 2)))
     assert "these runs hold one depth" in depth_statement(flat(depths=(8,)))
     assert "not measured" in depth_statement(flat(rules=("sum", "static"))) and depth_statement([])
+
+
+def test_the_early_block_claim_says_when_its_probe_is_at_its_ceiling():
+    """Near R² = 1 at both depths the claim carries a caveat (a Δ of 1e-4 is a sliver of what the stream
+    holds); well below it, none; no other claim carries one."""
+    def near_one(r, i):
+        if r["rule"] == "sum":
+            r["probe_early"] = 0.9995 - 0.0001 * r["depth"] / 4 - 0.00001 * i
+
+    ceiling = by_key(claim_verdicts(flat(tweak=near_one)))
+    assert ceiling["sum_loses_early_block"].verdict == "reproduced"
+    assert "near its ceiling" in ceiling["sum_loses_early_block"].note
+    assert all(v.note == "" for k, v in ceiling.items() if k != "sum_loses_early_block")
+    assert by_key(claim_verdicts(paper_like()))["sum_loses_early_block"].note == ""

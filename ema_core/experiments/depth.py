@@ -393,6 +393,6 @@ EXPERIMENT = Experiment(
     run=run,
     description="Dilution in depth: language models whose residual stream sums, weighs or selects its blocks, "
                 "at several depths.",
-    one_click=False,  # about 15 minutes on 2 cores: launched from its page
+    one_click=False,  # about 20 minutes a seed on 2 cores: launched from its page
     headline=headline,
 )
