@@ -33,13 +33,18 @@ chromium:
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# Two pytest-xdist workers, one a core.  Each test's tier comes from its code (tests/tiers.py); the
+# browser tests share one browser and their servers, so they run together on one worker while the
+# other takes the rest.
+XDIST   := -n 2 --dist loadgroup
+
 # Everything, browser tests included; the slowest tests are listed at the end.
 test: $(DEVSTAMP) chromium
-	$(BIN)/python -m pytest --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) --durations=20 $(PYTEST_ARGS)
 
-# Everything but the browser tests.
+# Everything that starts no browser, no server and no process of its own.
 test-fast: $(DEVSTAMP)
-	$(BIN)/python -m pytest -m "not e2e and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not browser and not subprocess" --durations=10 $(PYTEST_ARGS)
 
 # The store's many-processes stress test for minutes (`make test` runs it for a few seconds).
 STRESS ?= 120

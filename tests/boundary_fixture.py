@@ -3,7 +3,7 @@
 ``make_boundary_runs(home, seeds)`` runs the experiment itself (``REGISTRY["boundary"]``, in-process,
 at ``TINY`` sizes: a couple of seconds per run once the scans are compiled), writes one run folder
 per first seed (config.json, events, status "done", result.json) and ingests them with
-``store.ingest``.  A run holds ``seeds`` seeds of its own (TINY: three, the fewest a claim is judged
+``store.ingest``.  Each (first seed, overrides) trains once per test run (tests/runcache.py).  A run holds ``seeds`` seeds of its own (TINY: three, the fewest a claim is judged
 on), so one run is already judged.  The numbers mean little at these sizes; the rows' shape is real:
 every cell with its exclusion floor and width, every rate's dev curve, and MQAR recall at two widths.
 """
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ema_core.experiments import NullReporter, build_config, get_experiment
 from finished_run import write_finished_run
+from runcache import trained
 from store import ingest
 
 KIND = "boundary"
@@ -25,12 +27,13 @@ TINY = {"mixers": ",".join(MIXERS), "distances": "1,8", "mqar_pairs": "2,4", "mq
 
 
 def _real_run(seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict]:
-    from ema_core.experiments import NullReporter, build_config, get_experiment
+    def train():
+        cfg = build_config(KIND, overrides={**TINY, **(overrides or {})}, seed=seed)
+        reporter = NullReporter()
+        result = get_experiment(KIND).run(cfg, reporter)
+        return cfg.model_dump(mode="json"), reporter.events, result
 
-    cfg = build_config(KIND, overrides={**TINY, **(overrides or {})}, seed=seed)
-    reporter = NullReporter()
-    result = get_experiment(KIND).run(cfg, reporter)
-    return cfg.model_dump(mode="json"), reporter.events, result
+    return trained(KIND, [seed, overrides or {}], train)
 
 
 def make_boundary_runs(home: Path, seeds=(0,), overrides: dict | None = None) -> list[str]:

@@ -11,19 +11,61 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import _posixsubprocess  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import runcache  # noqa: E402
+from browser import CHECK_MS, CHROMIUM, CHROMIUM_ARGS, Browser  # noqa: E402
+from playwright.sync_api import expect, sync_playwright  # noqa: E402
+from tiers import tiers  # noqa: E402
+
 # Property tests are checked on their examples, never on the clock: no per-example deadline and no
 # "generation too slow" health check (both fail a correct test on a busy machine).  A test's own
 # @settings changes only what it names, so these hold everywhere.
 settings.register_profile("emalab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("emalab")
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        # An xdist worker has one core of its own: torch's pool of one thread per core would make two
+        # workers fight over both (the tests that set threads themselves restore this after).
+        torch.set_num_threads(1)
+    # One folder for the real runs the fixtures train (tests/runcache.py), made before any xdist worker
+    # starts so that every worker inherits it and each run trains once per test run.
+    if not os.environ.get(runcache.ENV):
+        os.environ[runcache.ENV] = tempfile.mkdtemp(prefix="emalab_test_runs_")
+        config._emalab_runs = os.environ[runcache.ENV]
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_emalab_runs", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(runcache.ENV, None)
+
+
+@pytest.fixture(scope="session")
+def chromium_browser():
+    """One headless Chromium for every browser test (its pages: tests/browser.py's ``Browser``)."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium on the PATH (`make chromium` installs Debian's)")
+    expect.set_options(timeout=CHECK_MS)  # an expectation is a check on a settled page
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield Browser(b)
+        b.close()
 
 
 def _cuda() -> bool:
@@ -36,6 +78,13 @@ def _cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Every test's tier, from its code (tests/tiers.py).  The browser tests share one browser and the
+    # servers of their data folders, so under xdist they run together, on one worker.
+    for item in items:
+        for tier in tiers(item):
+            item.add_marker(tier)
+        if "browser" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("browser"))
     # GPU tests run where a CUDA device is present (`pytest -m gpu` on a GPU machine) and are
     # reported as skipped, with the reason, everywhere else.
     if _cuda():
@@ -44,6 +93,42 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class _StartedAProcess(AssertionError):
+    pass
+
+
+# The system's own probes that the standard library runs (platform.processor() runs `uname -p`): a
+# program of a few milliseconds, not an interpreter, a server or a worker.
+SYSTEM_PROBES = frozenset({"uname"})
+
+
+@pytest.fixture(autouse=True)
+def _only_its_tier_starts_processes(request, monkeypatch):
+    # The tiers are read from the code (tests/tiers.py); here they are held to what a test does.  A test
+    # outside the browser and subprocess tiers that starts a process fails, naming it, so `make test-fast`
+    # never starts one, and a new way of starting one is added to tiers.SPAWNS the first time it is used.
+    if request.node.get_closest_marker("subprocess") or request.node.get_closest_marker("browser"):
+        yield
+        return
+    where = request.node.nodeid
+
+    def refuse(name, original):
+        def started(*args, **kwargs):
+            what = args[0] if args and isinstance(args[0], (list, tuple, str, bytes)) else args[:2]
+            argv = [what] if isinstance(what, (str, bytes)) else list(what or [])
+            if argv and os.path.basename(os.fsdecode(argv[0])) in SYSTEM_PROBES:
+                return original(*args, **kwargs)
+            raise _StartedAProcess(
+                f"{where} is in the unit tier but started a process ({name}: {what!r}); the function of "
+                f"the tests that starts it belongs in tests/tiers.py's SPAWNS")
+        return started
+
+    for module, name in ((os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"), (_posixsubprocess, "fork_exec"),
+                         (subprocess, "_fork_exec")):
+        monkeypatch.setattr(module, name, refuse(name, getattr(module, name)))
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -2,24 +2,24 @@
 
 ``make_lm_runs(home, specs, seeds)`` runs the real experiment (``REGISTRY["lm"]``, in-process) at
 ``TINY`` settings for every (spec, seed), writes one run folder each (config.json, events, status
-"done", result.json) and ingests them with ``store.ingest``.  A run takes about a second on two
-cores; the first one in a fresh ``home`` also trains the 512-token BPE (a few seconds), which then
-sits in ``home``'s cache for the rest.  The numbers mean little at this size; the shape of what a
-run writes (curves, the final evaluation, the summary) is the real one.
+"done", result.json) and ingests them with ``store.ingest``.  Each (spec, seed, overrides) trains once
+per test run (tests/runcache.py: about a second on two cores, the first also training the 512-token
+BPE) and every later caller writes a copy of it.  The numbers mean little at this size; the shape of
+what a run writes (curves, the final evaluation, the summary) is the real one.
 
 With ``real=False`` the rows are synthetic, instant and known (a test input, never a result): the
 GPT below SPEN, the state readers within noise of each other, the raw-token control in between.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
-from ema_core.rundir import RunDir, run_id_for
+from ema_core.experiments import NullReporter, build_config, get_experiment
+from finished_run import write_finished_run
+from runcache import trained
 from store import ingest
 
 KIND = "lm"
@@ -37,37 +37,22 @@ SPECS = {  # short names for the variants the tests use
 LOSS = {"gpt": 4.0, "linear": 5.0, "softmax_state": 5.01, "softmax_tokens": 4.5, "linear_attention_state": 4.99}
 
 
-@contextlib.contextmanager
-def _home(home: Path):
-    # The experiment keeps its tokenizer and token streams under $EMALAB_HOME/cache.
-    before = os.environ.get("EMALAB_HOME")
-    os.environ["EMALAB_HOME"] = str(home)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("EMALAB_HOME", None)
-        else:
-            os.environ["EMALAB_HOME"] = before
-
-
 def _spec(spec) -> tuple[str, dict]:
     return (spec, SPECS[spec]) if isinstance(spec, str) else ("custom", dict(spec))
 
 
 def _real_run(variant: dict, seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict, dict]:
-    from ema_core.experiments import NullReporter, build_config, get_experiment
+    def train():
+        cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {}), **variant}, seed=seed)
+        reporter = NullReporter()
+        result = get_experiment(KIND).run(cfg, reporter)
+        # its artifacts too (the tokenizer, the trained model): a real run's folder keeps them
+        return cfg.model_dump(mode="json"), reporter.events, result, reporter.artifacts
 
-    cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {}), **variant}, seed=seed)
-    reporter = NullReporter()
-    result = get_experiment(KIND).run(cfg, reporter)
-    # its artifacts too (the tokenizer, the trained model): a real run's folder keeps them
-    return cfg.model_dump(mode="json"), reporter.events, result, reporter.artifacts
+    return trained(KIND, [variant, seed, overrides or {}], train)
 
 
 def _synthetic_run(name: str, variant: dict, seed: int, overrides: dict | None):
-    from ema_core.experiments import build_config
-
     cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {}), **variant}, seed=seed)
     rng = np.random.default_rng([seed, sorted(SPECS).index(name) if name in SPECS else len(SPECS)])
     final = LOSS.get(name, 5.0) + rng.normal(0, 0.01)
@@ -93,24 +78,12 @@ def make_lm_runs(home: Path, specs=("gpt", "linear", "softmax_tokens"), seeds=(0
     """
     home = Path(home)
     run_ids = []
-    with _home(home):
-        for spec in specs:
-            name, variant = _spec(spec)
-            for seed in seeds:
-                make = _real_run if real else (lambda v, s, o, n=name: _synthetic_run(n, v, s, o))
-                cfg, events, result, artifacts = make(variant, int(seed), overrides)
-                rd = RunDir.for_id(run_id_for(KIND, cfg, int(seed)), home)
-                rd.create(KIND, cfg, int(seed))
-                # The pid of this (live) process, as a worker writes its own: a runner of the same home
-                # (the app's, in the browser tests) would otherwise mark a "running" folder without a
-                # live worker crashed, and overwrite the "done" written next.
-                rd.write_status(state="running", started=started, progress=0.0, pid=os.getpid())
-                rd.append_events([{"seq": i, "step": step, "metrics": m} for i, (step, m) in enumerate(events)])
-                rd.write_result(result)
-                for name, data in artifacts.items():
-                    rd.save_artifact(name, data)
-                rd.write_status(state="done", ended=started, progress=1.0)
-                run_ids.append(rd.run_id)
-        report = ingest(home, run_ids)
+    for spec in specs:
+        name, variant = _spec(spec)
+        for seed in seeds:
+            make = _real_run if real else (lambda v, s, o, n=name: _synthetic_run(n, v, s, o))
+            cfg, events, result, artifacts = make(variant, int(seed), overrides)
+            run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result, artifacts, started, started))
+    report = ingest(home, run_ids)
     assert report["errors"] == [], report["errors"]
     return run_ids

@@ -4,7 +4,8 @@
 status "done", result.json) and ingests them with ``store.ingest``, as a finished job would leave
 them.  The rows come from :func:`synthetic_result` (instant, with known numbers), or with
 ``real=True`` from the experiment itself (``REGISTRY["structure"]``, in-process, at ``TINY``
-sizes: a few seconds per seed): the run folders are the same either way.
+sizes: a few seconds per seed, once per test run, tests/runcache.py): the run folders are the same
+either way.
 
 The synthetic rows are test inputs with known answers, never results (no page or export shows
 them outside the tests): the page's arithmetic is checked against them.  They are shaped like the
@@ -20,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ema_core.experiments import NullReporter, build_config, get_experiment
 from ema_core.grammar import EMBEDDED_STRUCTURES, N_STRUCTURES, ROLES, template
 from finished_run import write_finished_run
+from runcache import trained
 from store import ingest
 
 KIND = "structure"
@@ -96,12 +99,13 @@ def synthetic_result(seed: int) -> dict:
 
 
 def _real_run(seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict]:
-    from ema_core.experiments import NullReporter, build_config, get_experiment
+    def train():
+        cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {})}, seed=seed)
+        reporter = NullReporter()
+        result = get_experiment(KIND).run(cfg, reporter)
+        return cfg.model_dump(mode="json"), reporter.events, result
 
-    cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {})}, seed=seed)
-    reporter = NullReporter()
-    result = get_experiment(KIND).run(cfg, reporter)
-    return cfg.model_dump(mode="json"), reporter.events, result
+    return trained(KIND, [seed, overrides or {}], train)
 
 
 def make_structure_runs(home: Path, seeds=(0, 1), config: dict | None = None, *, real: bool = False) -> list[str]:

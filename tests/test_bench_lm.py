@@ -21,7 +21,6 @@ def _positive_finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
-@pytest.mark.slow
 def test_bench_lm_quick_json():
     proc = subprocess.run(
         [sys.executable, "-m", "bench.lm", "--quick", "--json", "--ts", ",".join(map(str, TS)),
@@ -57,7 +56,6 @@ def test_bench_lm_quick_json():
     assert report["gpu"] is None or _positive_finite(report["gpu"][f"spen_over_gpt_t{TS[0]}"])
 
 
-@pytest.mark.slow
 def test_memory_child_reports_step_peak():
     """One memory measurement in this process's place: a fresh process, the peak above its baseline."""
     proc = subprocess.run([sys.executable, "-m", "bench.lm", "--memory-child", "spen:tiny:32:2:1:1"],

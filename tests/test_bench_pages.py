@@ -38,7 +38,6 @@ def _seconds(v) -> bool:
     return isinstance(v, float) and math.isfinite(v) and v > 0
 
 
-@pytest.mark.slow
 def test_bench_pages_tiny_json(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.pages", "--runs", "20", "--metric-rows", "5000", "--repeats", "1", "--json"],

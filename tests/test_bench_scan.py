@@ -18,7 +18,6 @@ def _positive_finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
-@pytest.mark.slow
 def test_bench_scan_quick_json():
     # --T shrinks the numba/lfilter/pandas length and caps the torch and naive-loop lengths.
     proc = subprocess.run(

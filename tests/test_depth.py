@@ -14,6 +14,7 @@ from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthConfig, DepthLM, de
                                      reference_streams)
 from ema_core.experiments import REGISTRY, NullReporter, build_config
 from ema_core.mixers.causality import check_causal
+from depth_fixture import SEEDS, TINY, tiny_run
 
 
 @pytest.fixture(autouse=True)
@@ -175,32 +176,20 @@ def test_token_probe_reads_identity_from_codes_and_sees_chance_without_them():
 
 # -- the experiment ------------------------------------------------------------------------------------
 
-TINY = {"depths": "1,2", "data.vocab_size": 257, "model.d_model": 32, "model.n_heads": 2, "model.d_ff": 128,
-        "train.seq_len": 16, "train.batch": 2, "train.steps": 6, "train.warmup": 1, "train.eval_every": 3,
-        "train.eval_tokens": 64, "train.final_eval_tokens": 256, "probe.windows": 6, "probe.classes": 8}
-
-
 @pytest.fixture(scope="module")
-def tiny_result(tmp_path_factory):
-    import os
-
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("EMALAB_HOME")
-    os.environ["EMALAB_HOME"] = str(home)
-    try:
-        cfg = build_config("depth", overrides={**TINY, "seeds": 2})
-        yield cfg, REGISTRY["depth"].run(cfg, NullReporter())
-    finally:
-        if old is None:
-            os.environ.pop("EMALAB_HOME")
-        else:
-            os.environ["EMALAB_HOME"] = old
+def tiny_result():
+    """(config, result) of the fixtures' tiny run: every rule at 1 and 2 blocks, three seeds, trained once
+    per test run (tests/depth_fixture.py)."""
+    config, _, result = tiny_run(0)
+    cfg = build_config("depth", overrides=TINY, seed=0)
+    assert cfg.model_dump(mode="json") == config
+    return cfg, result
 
 
 def test_the_run_reports_every_cell_and_the_map_the_cli_promises(tiny_result):
     cfg, result = tiny_result
     rows = result["tables"]["depth_results"]
-    assert len(rows) == 3 * 2 * 2 == result["summary"]["cells"]
+    assert len(rows) == 3 * 2 * SEEDS == result["summary"]["cells"]
     m = result["summary"]["map"]
     assert set(m) == set(RULES) and all(set(by) == {"1", "2"} for by in m.values())
     assert all({"val_loss", "probe_token", "probe_early"} <= set(v) for by in m.values() for v in by.values())
@@ -219,7 +208,7 @@ def test_weights_rows_cover_every_layer_and_source(tiny_result):
     _, result = tiny_result
     w = result["tables"]["depth_weights"]
     # per cell: Σ_{i=1..L} (i + 1) rows; L = 1: 2, L = 2: 5
-    assert len(w) == 3 * 2 * (2 + 5)
+    assert len(w) == 3 * SEEDS * (2 + 5)
     static = [r for r in w if r["rule"] == "static" and r["depth"] == 2 and r["seed"] == 0]
     assert {(r["layer"], r["source"]) for r in static} == {(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)}
 
@@ -240,4 +229,4 @@ def test_a_cancelled_run_resumes_cell_by_cell_to_the_same_rows(tiny_result):
 def test_headline_names_the_deepest_depth(tiny_result):
     _, result = tiny_result
     line = REGISTRY["depth"].headline(result["summary"])
-    assert line.startswith("12 cells · val loss at 2 blocks: sum ")
+    assert line.startswith(f"{3 * 2 * SEEDS} cells · val loss at 2 blocks: sum ")

@@ -20,41 +20,18 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
-from bench.app_memory import serve
+# One way to serve the app and drive Chromium for every browser test, and the one meaning of "idle".
+from browser import (CHARTS, SHOTS, WAIT_MS, WAIT_S, goto, no_exception, open_export_table, rerun, scroll_to_top,
+                     serve_app, settle)
 
-pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "artifacts" / "e2e"
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-CHARTS = '[data-testid="stVegaLiteChart"]'
-# vega-embed renders each chart as an svg (or a canvas): its presence means the chart was drawn.
-DRAWN_CHARTS = f"{CHARTS} svg.marks, {CHARTS} canvas"
 FAST_HALF_LIFE = '.st-key-rate_fast [data-testid="stMetricValue"]'
-# Liveness only: how long to wait for something that must happen (the server up, a page drawn, a
-# job's end) before calling it stuck.  Ten times what a loaded 2-core machine needs; never a speed
-# target.  Every page's own waits default to it too (Playwright's are 5 to 30 s).
-WAIT_S = 600
-WAIT_MS = WAIT_S * 1000
-
-
-EXCEPTIONS = '[data-testid="stException"]'
 # One rate and small sizes, but enough steps that the job is still training when it is killed:
 # about 7 s of training on 2 idle cores, checkpointed every few hundred milliseconds.
 JOB_OVERRIDES = {
@@ -95,75 +72,18 @@ def emalab_home(tmp_path_factory):
     _stop_workers(home)
 
 
-@contextlib.contextmanager
-def _serve(home: Path, log: Path):
-    """``streamlit run app.py`` on a free loopback port with ``EMALAB_HOME=home``; yields its URL."""
-    try:
-        with serve(home, log) as (url, _):
-            yield url
-    except RuntimeError as exc:
-        if "did not come up" not in str(exc):
-            raise
-        pytest.fail(str(exc))
-
-
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory, emalab_home):
-    with _serve(emalab_home, tmp_path_factory.mktemp("streamlit") / "server.log") as url:
+    with serve_app(emalab_home, tmp_path_factory.mktemp("streamlit") / "server.log") as url:
         yield url
 
 
-@pytest.fixture(scope="module")
-def chromium_browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on the PATH (`make chromium` installs Debian's)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield _Browser(b)
-        b.close()
-
-
-class _Browser:
-    """The browser, whose new pages wait up to WAIT_MS for anything not given its own timeout."""
-
-    def __init__(self, browser):
-        self._browser = browser
-
-    def new_page(self, **kwargs):
-        page = self._browser.new_page(**kwargs)
-        page.set_default_timeout(WAIT_MS)
-        return page
-
-
-def _wait_for_charts(page, n: int = 3) -> None:
-    page.wait_for_function(
-        "([sel, n]) => document.querySelectorAll(sel).length >= n", arg=[DRAWN_CHARTS, n], timeout=WAIT_MS
-    )
-
-
-def _wait_until_settled(page) -> None:
-    # The screenshot should show the page as a person sees it: download buttons drawn (they
-    # arrive after the charts) and no element still greyed out as stale by a running rerun.
-    page.get_by_role("button", name="LaTeX").wait_for(timeout=WAIT_MS)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-stale=\"true\"]') && document.querySelectorAll('[data-testid=\"stDownloadButton\"]').length >= 9",
-        timeout=WAIT_MS,
-    )
-    page.wait_for_timeout(500)
-
-
 def _download(page, key: str):
-    """Click the download button of the widget ``key`` once the page has settled, and return the
-    download.  A click during a rerun can land on a button the rerun then replaces, and no download
-    follows (seen on a loaded machine): so first no element may still be stale."""
-    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-    button = page.locator(f".st-key-{key}").get_by_role("button")
-    button.wait_for(timeout=WAIT_MS)
+    """Click the download button of the widget ``key`` on the settled page and return the download (a
+    download must follow: a liveness wait)."""
+    settle(page)
     with page.expect_download(timeout=WAIT_MS) as info:
-        button.click()
+        page.locator(f".st-key-{key}").get_by_role("button").click()
     return info.value
 
 
@@ -173,47 +93,31 @@ def test_dilution_page_follows_the_fast_rate_slider(app_url, chromium_browser):
     # full-page screenshot would only show the viewport.
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100})
     try:
-        page.goto(app_url + "/dilution")
-        # Streamlit draws over a websocket after the load event: wait for the page's own text.
-        page.get_by_role("heading", name="Trace dilution").wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page)
-        page.get_by_text("Measured in").wait_for(timeout=WAIT_MS)
+        goto(page, app_url + "/dilution")
+        page.get_by_role("heading", name="Trace dilution").wait_for()
+        page.get_by_text("Measured in").wait_for()
+        assert page.locator(CHARTS).count() == 3
         before = page.locator(FAST_HALF_LIFE).first.inner_text()
         assert before == "1.00 steps"  # α = 0.5
-        _wait_until_settled(page)
+        page.get_by_role("button", name="LaTeX").first.wait_for()  # the downloads, after the charts
         page.screenshot(path=str(SHOTS / "dilution.png"))
 
         slider = page.get_by_role("slider", name="α fast")
         slider.focus()
-        for _ in range(5):
-            page.keyboard.press("ArrowLeft")
-        deadline = time.monotonic() + WAIT_S
-        after = before
-        while after == before and time.monotonic() < deadline:
-            page.wait_for_timeout(250)
-            after = page.locator(FAST_HALF_LIFE).first.inner_text()
-        assert after != before, "the half-life did not follow the slider"
-        assert slider.get_attribute("aria-valuetext") == "0.495"  # five steps of 0.001
-        assert after == "1.01 steps"  # ln ½ / ln 0.505
-
-        # All three legends, the measured one included, name the new rate once the rerun is done.
-        page.wait_for_function(
-            "([sel, text]) => [...document.querySelectorAll(sel)].filter(c => c.textContent.includes(text)).length >= 3",
-            arg=[CHARTS, "α=0.495"],
-            timeout=WAIT_MS,
-        )
-        _wait_for_charts(page)
+        with rerun(page):
+            for _ in range(5):
+                page.keyboard.press("ArrowLeft")
+            assert slider.get_attribute("aria-valuetext") == "0.495"  # five steps of 0.001
+        # A rerun per committed value: the page shows the last one once the last rerun is through.
+        expect(page.locator(FAST_HALF_LIFE).first).to_have_text("1.01 steps")  # ln ½ / ln 0.505
+        # All three legends, the measured one included, name the new rate.
+        expect(page.locator(CHARTS).filter(has_text="α=0.495")).to_have_count(3)
+        settle(page)
         assert page.locator(CHARTS).count() == 3
-        _wait_until_settled(page)
         page.screenshot(path=str(SHOTS / "dilution_after.png"))
-        assert page.locator('[data-testid="stException"]').count() == 0
+        no_exception(page)
     finally:
         page.close()
-
-
-def _scroll_to_top(locator) -> None:
-    """Scroll ``locator``'s element to the top of the view: the screenshot shows what follows it."""
-    locator.evaluate("e => e.scrollIntoView({block: 'start'})")
 
 
 # The expanders that hold a verdict's rule, its full sentence and the numbers it reads (pages/_verdicts.py).
@@ -246,31 +150,26 @@ def _limit_texts(**settings) -> tuple[str, list[str]]:
 
 
 def _says_limit(page, summary: str, lines: list[str], shot: str) -> None:
-    from playwright.sync_api import expect
-
+    """The settled page says ``summary`` and ``lines``, and from the summary down they fit one window
+    whatever height the charts above take."""
     said = page.get_by_text(summary, exact=True)
     expect(said).to_be_visible()
     for line in lines:
         expect(page.get_by_text(line, exact=True)).to_be_visible()
-    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-    # From the summary down: the lines under it fit one window whatever height the charts above take.
-    _scroll_to_top(said)
+    scroll_to_top(said)
     for text in (summary, *lines):
         expect(page.get_by_text(text, exact=True)).to_be_in_viewport()
-    page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / shot))
-    _no_exception(page)
+    no_exception(page)
 
 
 def test_dilution_page_says_which_limit_applies(app_url, chromium_browser):
-    from playwright.sync_api import expect
-
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100})
     try:
-        page.goto(app_url + "/dilution")
-        page.get_by_role("heading", name="Trace dilution").wait_for(timeout=WAIT_MS)
-        page.get_by_text("Measured in").wait_for(timeout=WAIT_MS)
+        goto(page, app_url + "/dilution")
+        page.get_by_role("heading", name="Trace dilution").wait_for()
+        page.get_by_text("Measured in").wait_for()
         # The defaults: the linear read-out loses the tokens long before the float32 trace does.
         readout = _limit_texts()
         assert readout[0].startswith("Which limit applies here. The read-out limits"), readout[0]
@@ -278,22 +177,29 @@ def test_dilution_page_says_which_limit_applies(app_url, chromium_browser):
 
         # The peel on a bfloat16 trace: the fast rate's tokens are lost to the rounding.
         sidebar = page.get_by_test_id("stSidebar")
-        sidebar.get_by_text("peel (knows the table)", exact=True).click()
+        with rerun(page):
+            sidebar.get_by_text("peel (knows the table)", exact=True).click()
         sidebar.get_by_test_id("stSelectbox").filter(has_text="Precision").click()
-        page.get_by_role("option", name="bfloat16", exact=True).click()
+        with rerun(page):
+            page.get_by_role("option", name="bfloat16", exact=True).click()
         precision = _limit_texts(decoder="peel", precision="bfloat16")
         assert precision[0].startswith("Which limit applies here. Precision limits α=0.5"), precision[0]
         _says_limit(page, *precision, "dilution_limit_precision.png")
         expect(page.get_by_text(readout[0], exact=True)).to_have_count(0)
 
         # The linear read-out again, on a trace with noise σ = 0.1 (the last step): the noise limits.
-        sidebar.get_by_text("linear (trained)", exact=True).click()
+        with rerun(page):
+            sidebar.get_by_text("linear (trained)", exact=True).click()
         noise = sidebar.get_by_role("slider", name="Noise σ per coordinate")
         noise.focus()
-        for _ in range(8):  # none, 1e-06, …, 0.1: one step a press
-            page.keyboard.press("ArrowRight")
-        expect(noise).to_have_attribute("aria-valuetext", "0.1")
+        with rerun(page):
+            for _ in range(8):  # none, 1e-06, …, 0.1: one step a press
+                page.keyboard.press("ArrowRight")
+            expect(noise).to_have_attribute("aria-valuetext", "0.1")
+        # A rerun per committed value: the summary names the noise once the last one is through.
         noisy = _limit_texts(precision="bfloat16", noise=0.1)
+        expect(page.get_by_text(noisy[0], exact=True)).to_be_visible()
+        settle(page)
         assert noisy[0].startswith("Which limit applies here. Noise limits"), noisy[0]
         _says_limit(page, *noisy, "dilution_limit_noise.png")
         expect(page.get_by_text(precision[0], exact=True)).to_have_count(0)
@@ -304,23 +210,18 @@ def test_dilution_page_says_which_limit_applies(app_url, chromium_browser):
 def test_downloads_are_generated_on_click(app_url, chromium_browser):
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2100}, accept_downloads=True)
     try:
-        page.goto(app_url + "/dilution")
-        page.get_by_text("Measured in").wait_for(timeout=WAIT_MS)
-        # By their keys: the buttons arrive chart by chart, so "the first SVG button" may not yet
-        # be the first chart's.
+        goto(page, app_url + "/dilution")
+        page.get_by_text("Measured in").wait_for()
+        # By their keys: each button is its chart's or table's whatever order they are drawn in.
         expected = {"weights_svg": ("lag_weights.svg", b"<svg"),
                     "identity_table_dl_tex": ("identity_accuracy.tex", b"\\begin{table}")}
         for key, (name, head) in expected.items():
             download = _download(page, key)
             assert download.suggested_filename == name
             assert Path(download.path()).read_bytes().lstrip().startswith(head)
-        assert page.locator('[data-testid="stException"]').count() == 0
+        no_exception(page)
     finally:
         page.close()
-
-
-def _no_exception(page) -> None:
-    assert page.locator(EXCEPTIONS).count() == 0, page.locator(EXCEPTIONS).first.inner_text()
 
 
 def _job_bar(page, run_id: str):
@@ -332,26 +233,18 @@ def _bar_value(bar) -> float:
     return float(bar.get_by_role("progressbar").get_attribute("aria-valuenow") or 0)
 
 
-def _open_export_table(page, app_url: str, table: str) -> None:
-    page.goto(app_url + "/export")
-    page.get_by_role("heading", name="Export").wait_for(timeout=WAIT_MS)
-    page.get_by_test_id("stSelectbox").filter(has_text="Table").click()
-    page.get_by_role("option", name=re.compile(rf"^{table}")).click()
-
-
 def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chromium_browser):
-    from playwright.sync_api import expect
-
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
     try:
-        page.goto(app_url + "/jobs")
-        page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
+        goto(page, app_url + "/jobs")
+        page.get_by_role("heading", name="Jobs").wait_for()
         page.locator(".st-key-launch_overrides textarea").fill(
             "\n".join(f"{key}={value}" for key, value in JOB_OVERRIDES.items()))
-        page.get_by_role("button", name="Launch").click()
+        with rerun(page):
+            page.get_by_role("button", name="Launch").click()
         launched = page.get_by_text(re.compile(r"Launched: dilution-\w+-s\d+"))
-        launched.wait_for(timeout=WAIT_MS)
+        launched.wait_for()
         run_id = re.search(r"dilution-\w+-s\d+", launched.inner_text()).group(0)
 
         # Watch it: the job list refreshes every second; the bar moves while the worker trains.
@@ -365,7 +258,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         moved = _bar_value(bar)
         assert moved > first, f"the progress bar stayed at {first}"
         page.screenshot(path=str(SHOTS / "jobs_running.png"))
-        _no_exception(page)
+        no_exception(page)
 
         # Kill its process, as a crash would: the page marks the job crashed and offers a resume.
         status = _status(emalab_home, run_id)
@@ -378,7 +271,7 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         expect(box).to_contain_text(f"worker process died (pid {pid})")
         crashed_at = _bar_value(bar)
         assert crashed_at >= moved  # the bar keeps the progress made before the kill
-        _no_exception(page)
+        no_exception(page)
 
         box.get_by_role("button", name="Resume").click()
         expect(bar).to_contain_text(f"{run_id} · done", timeout=WAIT_MS)
@@ -387,16 +280,15 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         assert status["state"] == "done" and status["attempts"] == 2, status
         assert status["pid"] != pid
         expect(box.get_by_role("button", name="Resume")).to_have_count(0)
-        page.wait_for_timeout(1500)  # one more refresh of the job list: nothing stale in the shot
+        settle(page)  # the job list's refresh through: nothing stale in the shot
         page.screenshot(path=str(SHOTS / "jobs_resumed.png"))
-        _no_exception(page)
+        no_exception(page)
 
         # Its table, from the store, as LaTeX.
-        _open_export_table(page, app_url, "dilution_accuracy")
+        open_export_table(page, app_url, "dilution_accuracy")
         # The figure of a run's accuracy by lag is drawn for this table only: the rerun is through.
-        page.get_by_role("heading", name="Figure").wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 1)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
+        page.get_by_role("heading", name="Figure").wait_for()
+        assert page.locator(CHARTS).count() == 1
         rows = page.get_by_text(re.compile(r"^\d+ rows$"))
         assert int(rows.inner_text().split()[0]) >= int(JOB_OVERRIDES["max_lag"]) + 1  # a row per lag
         download = _download(page, "export_dilution_accuracy_latex")
@@ -404,149 +296,151 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "\\bottomrule" in tex
         assert run_id in tex
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(500)
+        settle(page)
         page.screenshot(path=str(SHOTS / "export.png"))
-        _no_exception(page)
+        no_exception(page)
     finally:
         page.close()
 
 
 def test_overview_links_and_quick_reproduction(app_url, chromium_browser):
-    from playwright.sync_api import expect
-
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 1400})
     try:
-        page.goto(app_url + "/")
-        page.get_by_role("heading", name="EMA Lab").wait_for(timeout=WAIT_MS)
-        page.get_by_text("The paper's claims, and where they are tested").wait_for(timeout=WAIT_MS)
+        goto(page, app_url + "/")
+        page.get_by_role("heading", name="EMA Lab").wait_for()
+        page.get_by_text("The paper's claims, and where they are tested").wait_for()
         expect(page.get_by_text("Fixed-decay traces dilute token identity")).to_be_visible()
         expect(page.get_by_text("Traces keep structure")).to_be_visible()
         expect(page.get_by_text("Traces lose content")).to_be_visible()
         tested = page.get_by_role("link", name="Tested on: Trace dilution")
         assert tested.get_attribute("href").rstrip("/").rsplit("/", 1)[-1] == "dilution"
-        _no_exception(page)
+        no_exception(page)
 
-        page.get_by_role("button", name="Run the quick reproduction").click()
+        with rerun(page):
+            page.get_by_role("button", name="Run the quick reproduction").click()
         started = page.get_by_text(re.compile(r"Launched: dilution-\w+-s\d+"))
-        started.wait_for(timeout=WAIT_MS)
+        started.wait_for()
         run_id = re.search(r"dilution-\w+-s\d+", started.inner_text()).group(0)
-        _no_exception(page)
+        no_exception(page)
 
-        page.get_by_role("link", name="Follow them on the Jobs page").click()
-        page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
+        with rerun(page):
+            page.get_by_role("link", name="Follow them on the Jobs page").click()
+        page.get_by_role("heading", name="Jobs").wait_for()
         assert page.url.rstrip("/").endswith("/jobs")
         bar = _job_bar(page, run_id)
-        expect(bar).to_contain_text(re.compile(rf"{run_id} · (queued|running|done)"), timeout=WAIT_MS)
-        expect(bar).to_contain_text(f"{run_id} · done", timeout=WAIT_MS)
-        _no_exception(page)
+        expect(bar).to_contain_text(re.compile(rf"{run_id} · (queued|running|done)"))
+        expect(bar).to_contain_text(f"{run_id} · done", timeout=WAIT_MS)  # the job ends: liveness
+        no_exception(page)
     finally:
         page.close()
 
 
-def test_the_overview_judges_every_claim_and_launches_the_missing_seeds(tmp_path, chromium_browser):
-    """A scratch data folder with one seed of a real structure run: the Overview shows a verdict per claim,
-    each "not judged: 1 seed"; its button launches the two missing seeds through the job runner; once
-    they finish, the same claims are judged on three seeds."""
-    from playwright.sync_api import expect
-
-    from ema_core.structure_findings import CLAIMS
-    from jobs.runner import LocalRunner
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """(URL, data folder) of a server that no one has visited yet, over one seed of a real structure run."""
     from structure_fixture import make_structure_runs
 
-    home = tmp_path / "home"
+    home = tmp_path_factory.mktemp("fresh_home")
     make_structure_runs(home, (0,), real=True)
     try:
-        with _serve(home, tmp_path / "server.log") as url:
-            page = chromium_browser.new_page()
-            try:
-                page.goto(url + "/")
-                board = page.locator(".st-key-overview_claims_structure")
-                board.wait_for(timeout=WAIT_MS)
-                lines = board.get_by_test_id("stMarkdownContainer")
-                expect(lines).to_have_count(len(CLAIMS))
-                for i in range(len(CLAIMS)):
-                    expect(lines.nth(i)).to_contain_text("not judged: 1 seed")
-                    expect(lines.nth(i)).to_contain_text("1 seed of the 3 the rule needs")
-                _no_exception(page)
-                page.get_by_role("button", name="Launch the missing seeds (2 runs)").click()
-                started = page.get_by_text(re.compile(r"Launched: structure-\w+-s1, structure-\w+-s2"))
-                started.wait_for(timeout=WAIT_MS)
-                run_ids = re.findall(r"structure-\w+-s\d", started.inner_text())
-                page.screenshot(path=str(SHOTS / "overview_launched.png"))
-                page.get_by_role("link", name="Follow them on the Jobs page").click()
-                page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
-                for run_id in run_ids:  # the jobs appear where every job is followed
-                    page.locator(f".st-key-job_{run_id}").wait_for(timeout=WAIT_MS)
-                # The runner's own wait (liveness only, WAIT_S): each job ends done, not failed or crashed.
-                watcher = LocalRunner(home=home, slots=1)
-                try:
-                    for run_id in run_ids:
-                        assert watcher.wait(run_id, timeout=WAIT_S) == "done", watcher.logs(run_id)
-                finally:
-                    watcher.close()
-                # Three seeds now: every claim judged, none "not judged", and no more seeds to launch.
-                page.goto(url + "/")
-                expect(board.get_by_test_id("stMarkdownContainer")).to_have_count(len(CLAIMS))
-                expect(board).to_contain_text("3 seeds")
-                expect(board).not_to_contain_text("not judged")
-                expect(page.get_by_role("button", name=re.compile("Launch the missing seeds"))).to_have_count(0)
-                page.screenshot(path=str(SHOTS / "overview_judged.png"), full_page=True)
-                _no_exception(page)
-            finally:
-                page.close()
+        with serve_app(home, tmp_path_factory.mktemp("fresh") / "server.log") as url:
+            yield url, home
     finally:
         _stop_workers(home)
 
 
-def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(tmp_path, chromium_browser):
+def test_a_deep_link_into_a_fresh_server_gets_the_apps_navigation(fresh, chromium_browser):
     # A first visitor landing on /jobs of a fresh server must still get app.py's router and
     # navigation (Streamlit would otherwise treat pages/ as a folder app: see pages/_router.py).
-    with _serve(tmp_path / "home", tmp_path / "server.log") as url:
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        goto(page, fresh[0] + "/jobs")
+        page.get_by_role("heading", name="Jobs").wait_for()
+        nav = page.get_by_test_id("stSidebarNav")
+        links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
+        titles = [text.strip().split("\n")[-1] for text in links]
+        assert titles == ["Overview", "Trace dilution", "Depth explorer", "Structure", "Content", "Boundary map",
+                          "Depth dilution", "Jobs", "Export"], links
+        # app.py's own sidebar text: the router ran.
+        assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
+        no_exception(page)
+    finally:
+        page.close()
+
+
+def test_deep_links_open_their_pages_on_a_fresh_server(fresh, chromium_browser):
+    # Streamlit serves the default page at "/" only (its url_path is ""): once the router had run,
+    # /overview was "Page not found".  /jobs first (the fresh server's first visitor, in the test
+    # above when the module runs whole), then /overview.
+    for path, heading, text in (
+        ("/jobs", "Jobs", "Every result in EMA Lab comes from a job"),
+        ("/overview", "EMA Lab", "The paper's claims, and where they are tested"),
+    ):
         page = chromium_browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(url + "/jobs")
-            page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
-            nav = page.get_by_test_id("stSidebarNav")
-            nav.wait_for(timeout=WAIT_MS)
-            links = nav.get_by_role("link").all_inner_texts()  # "icon name\n\nTitle" each
-            titles = [text.strip().split("\n")[-1] for text in links]
-            assert titles == ["Overview", "Trace dilution", "Depth explorer", "Structure", "Content", "Boundary map",
-                              "Depth dilution", "Jobs", "Export"], links
-            # app.py's own sidebar text: the router ran.
-            assert page.get_by_test_id("stSidebar").get_by_text("reproduces, measures and extends").count() == 1
-            _no_exception(page)
+            goto(page, fresh[0] + path)
+            page.get_by_role("heading", name=heading, exact=True).wait_for()
+            page.get_by_text(text).first.wait_for()
+            # The not-found dialog would have come before the page's own elements.
+            assert page.get_by_text("Page not found").count() == 0, path
+            assert page.get_by_role("heading", name=heading, exact=True).count() == 1, path
+            no_exception(page)
         finally:
             page.close()
 
 
-def test_deep_links_open_their_pages_on_a_fresh_server(tmp_path, chromium_browser):
-    # Streamlit serves the default page at "/" only (its url_path is ""): once the router had run,
-    # /overview was "Page not found".  /jobs first, as the fresh server's first visitor, then /overview.
-    with _serve(tmp_path / "home", tmp_path / "server.log") as url:
-        for path, heading, text in (
-            ("/jobs", "Jobs", "Every result in EMA Lab comes from a job"),
-            ("/overview", "EMA Lab", "The paper's claims, and where they are tested"),
-        ):
-            page = chromium_browser.new_page(viewport={"width": 1400, "height": 1000})
-            try:
-                page.goto(url + path)
-                page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=WAIT_MS)
-                page.get_by_text(text).first.wait_for(timeout=WAIT_MS)
-                page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-                # The not-found dialog would have come before the page's own elements.
-                assert page.get_by_text("Page not found").count() == 0, path
-                assert page.get_by_role("heading", name=heading, exact=True).count() == 1, path
-                _no_exception(page)
-            finally:
-                page.close()
+def test_the_overview_judges_every_claim_and_launches_the_missing_seeds(fresh, chromium_browser):
+    """A data folder with one seed of a real structure run: the Overview shows a verdict per claim,
+    each "not judged: 1 seed"; its button launches the two missing seeds through the job runner; once
+    they finish, the same claims are judged on three seeds."""
+    from ema_core.structure_findings import CLAIMS
+    from jobs.runner import LocalRunner
+
+    url, home = fresh
+    page = chromium_browser.new_page()
+    try:
+        goto(page, url + "/")
+        board = page.locator(".st-key-overview_claims_structure")
+        lines = board.get_by_test_id("stMarkdownContainer")
+        expect(lines).to_have_count(len(CLAIMS))
+        for i in range(len(CLAIMS)):
+            expect(lines.nth(i)).to_contain_text("not judged: 1 seed")
+            expect(lines.nth(i)).to_contain_text("1 seed of the 3 the rule needs")
+        no_exception(page)
+        with rerun(page):
+            page.get_by_role("button", name="Launch the missing seeds (2 runs)").click()
+        started = page.get_by_text(re.compile(r"Launched: structure-\w+-s1, structure-\w+-s2"))
+        run_ids = re.findall(r"structure-\w+-s\d", started.inner_text())
+        page.screenshot(path=str(SHOTS / "overview_launched.png"))
+        with rerun(page):
+            page.get_by_role("link", name="Follow them on the Jobs page").click()
+        page.get_by_role("heading", name="Jobs").wait_for()
+        for run_id in run_ids:  # the jobs appear where every job is followed
+            page.locator(f".st-key-job_{run_id}").wait_for()
+        # The runner's own wait (liveness only, WAIT_S): each job ends done, not failed or crashed.
+        watcher = LocalRunner(home=home, slots=1)
+        try:
+            for run_id in run_ids:
+                assert watcher.wait(run_id, timeout=WAIT_S) == "done", watcher.logs(run_id)
+        finally:
+            watcher.close()
+        # Three seeds now: every claim judged, none "not judged", and no more seeds to launch.
+        goto(page, url + "/")
+        expect(board.get_by_test_id("stMarkdownContainer")).to_have_count(len(CLAIMS))
+        expect(board).to_contain_text("3 seeds")
+        expect(board).not_to_contain_text("not judged")
+        expect(page.get_by_role("button", name=re.compile("Launch the missing seeds"))).to_have_count(0)
+        page.screenshot(path=str(SHOTS / "overview_judged.png"), full_page=True)
+        no_exception(page)
+    finally:
+        page.close()
 
 
 def _tested_on(page, app_url: str, title: str, slug: str) -> None:
     """The Overview links the claim to its page, ``/slug``."""
-    page.goto(app_url + "/")
+    goto(page, app_url + "/")
     tested = page.get_by_role("link", name=f"Tested on: {title}")
-    tested.wait_for(timeout=WAIT_MS)
+    tested.wait_for()
     # Its query string, if any, picks the runs the Overview judged.
     assert tested.get_attribute("href").split("?")[0].rstrip("/").rsplit("/", 1)[-1] == slug
 
@@ -566,8 +460,6 @@ def _structure_verdicts(home: Path, run_ids: list[str]):
 
 
 def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
-    from playwright.sync_api import expect
-
     from ema_core.scoreboard import structure_scores
     from structure_fixture import make_structure_runs
 
@@ -579,35 +471,35 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
     try:
         _tested_on(page, app_url, "Structure", "structure")
 
-        page.goto(app_url + "/structure")
-        page.get_by_role("heading", name="Structure", exact=True).wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 2)  # roles, probe controls
+        goto(page, app_url + "/structure")
+        page.get_by_role("heading", name="Structure", exact=True).wait_for()
+        assert page.locator(CHARTS).count() >= 2  # roles, probe controls
         roles_chart = page.locator(CHARTS).first
-        expect(roles_chart).to_contain_text("within grammar (test)", timeout=WAIT_MS)
+        expect(roles_chart).to_contain_text("within grammar (test)")
         expect(roles_chart).to_contain_text("structure-dependent")
-        page.get_by_text("The paper's numbers beside ours").wait_for(timeout=WAIT_MS)
-        page.locator(".st-key-structure_control_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(500)
+        page.get_by_text("The paper's numbers beside ours").wait_for()
+        page.locator(".st-key-structure_control_dl_tex").get_by_role("button").wait_for()
+        settle(page)
         page.screenshot(path=str(SHOTS / "structure.png"))
-        _no_exception(page)
+        no_exception(page)
 
-        page.get_by_test_id("stRadioGroup").get_by_text("novel vocabulary", exact=True).click()
-        expect(roles_chart).to_contain_text("split: novel vocabulary", timeout=WAIT_MS)
-        _wait_for_charts(page, 2)
-        page.get_by_test_id("stRadioGroup").get_by_text("deep embedding", exact=True).click()
-        expect(roles_chart).to_contain_text("split: deep embedding", timeout=WAIT_MS)
+        with rerun(page):
+            page.get_by_test_id("stRadioGroup").get_by_text("novel vocabulary", exact=True).click()
+        expect(roles_chart).to_contain_text("split: novel vocabulary")
+        assert page.locator(CHARTS).count() >= 2
+        with rerun(page):
+            page.get_by_test_id("stRadioGroup").get_by_text("deep embedding", exact=True).click()
+        expect(roles_chart).to_contain_text("split: deep embedding")
         expect(roles_chart).not_to_contain_text("pobj_det")  # the deep split has no prepositional phrases
-        _no_exception(page)
+        no_exception(page)
 
         download = _download(page, "structure_paper_dl_tex")
         assert download.suggested_filename == "structure_paper_vs_ours.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "0.795" in tex and "$\\pm$" in tex
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(500)
+        settle(page)
         page.screenshot(path=str(SHOTS / "structure_deep.png"))
-        _no_exception(page)
+        no_exception(page)
 
         # What the runs show and the claims' verdicts (they do not depend on the split shown).
         assert findings, "these runs should hold the findings' comparisons"
@@ -617,22 +509,19 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
         for s in structure_scores(claims):  # each claim in one line: expected, measured, its verdict
             expect(_verdict_line(page, s.claim, s.word)).to_be_visible()
         _open_verdicts(page)
-        page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
+        page.get_by_text("The rule.").first.wait_for()
         for v in claims:  # and on demand its full sentence: Δ, spread and verdict word
             expect(page.get_by_text(v.sentence, exact=True)).to_be_visible()
-        _scroll_to_top(shows)
+        scroll_to_top(shows)
         for sentence in [f.sentence for f in findings]:
             expect(page.get_by_text(sentence, exact=True)).to_be_in_viewport()
-        page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "structure_verdicts.png"))
-        _no_exception(page)
+        no_exception(page)
     finally:
         page.close()
 
 
 def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_home, chromium_browser):
-    from playwright.sync_api import expect
-
     from lm_fixture import make_lm_runs
     from ema_core.content_findings import ablation_verdict, headline_verdict, verdict_number
     from store.content import lm_final_losses, lm_final_stats
@@ -656,11 +545,11 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     try:
         _tested_on(page, app_url, "Content", "content")
 
-        page.goto(app_url + "/content")
-        page.get_by_role("heading", name="Content", exact=True).wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 4)  # curves, the gap by token class, one class over training, ablation
+        goto(page, app_url + "/content")
+        page.get_by_role("heading", name="Content", exact=True).wait_for()
+        assert page.locator(CHARTS).count() >= 4  # curves, the gap by token class, one class over training, ablation
         curves = page.locator(CHARTS).first
-        expect(curves).to_contain_text("Validation curves", timeout=WAIT_MS)
+        expect(curves).to_contain_text("Validation curves")
         expect(curves).to_contain_text("SPEN linear")
         expect(page.locator(CHARTS).filter(has_text="Predictor ablation")).to_have_count(1)
         # Where the gap lives (issue 20): the gap per token class and one class's curves over training.
@@ -671,24 +560,24 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         class_curves = page.locator(CHARTS).filter(has_text="Over training: recall 1–16 tokens")
         expect(class_curves).to_have_count(1)
         expect(class_curves).to_contain_text("GPT")
-        page.locator(".st-key-content_gap_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
+        page.locator(".st-key-content_gap_dl_tex").get_by_role("button").wait_for()
         expect(page.get_by_role("table").filter(has_text="share of the gap (%)")).to_contain_text("all tokens")
-        page.get_by_text("The paper's numbers beside ours", exact=False).first.wait_for(timeout=WAIT_MS)
-        page.locator(".st-key-content_spread_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(500)
+        page.get_by_text("The paper's numbers beside ours", exact=False).first.wait_for()
+        page.locator(".st-key-content_spread_dl_tex").get_by_role("button").wait_for()
+        settle(page)
         page.screenshot(path=str(SHOTS / "content.png"))
-        _no_exception(page)
+        no_exception(page)
 
-        page.get_by_test_id("stRadioGroup").get_by_text("EMA 0.9", exact=True).click()
-        expect(curves).to_contain_text("smoothed: EMA 0.9", timeout=WAIT_MS)
-        page.locator(".st-key-content_log_y").get_by_text("log y", exact=True).click()
-        expect(curves).to_contain_text("smoothed: EMA 0.9; log y", timeout=WAIT_MS)
-        _wait_for_charts(page, 4)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(1500)  # vega draws the title after the marks: let the redraw finish
+        with rerun(page):
+            page.get_by_test_id("stRadioGroup").get_by_text("EMA 0.9", exact=True).click()
+        expect(curves).to_contain_text("smoothed: EMA 0.9")
+        with rerun(page):
+            page.locator(".st-key-content_log_y").get_by_text("log y", exact=True).click()
+        expect(curves).to_contain_text("smoothed: EMA 0.9; log y")
+        assert page.locator(CHARTS).count() >= 4
+        settle(page)
         page.screenshot(path=str(SHOTS / "content_smoothed_log.png"))
-        _no_exception(page)
+        no_exception(page)
 
         # SPEN ÷ GPT, and the ablation's verdict in the paper's table and under the rule, from these runs.
         # The paper's table: measure, paper, ours, … (Playwright reads its no-break spaces as spaces).
@@ -703,49 +592,46 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         _open_verdicts(page)
         said = page.get_by_text(verdict.sentence, exact=True)
         expect(said).to_be_visible()
-        page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
+        page.get_by_text("The rule.").first.wait_for()
         for c in verdict.comparisons:  # the comparisons the sentence is computed from
             expect(page.get_by_role("table").filter(has_text="Δ loss (nats/token)")).to_contain_text(
                 verdict_number(c.delta.mean))
-        _scroll_to_top(verdict_heading)
+        scroll_to_top(verdict_heading)
         expect(said).to_be_in_viewport()
-        page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "content_verdict.png"))
-        _no_exception(page)
+        no_exception(page)
 
         # The gap split by training-frequency band instead: the table, the chart and the curves follow.
-        page.locator(".st-key-content_partition").get_by_text("training-frequency band", exact=True).click()
-        expect(gap).to_contain_text("frequent", timeout=WAIT_MS)
+        with rerun(page):
+            page.locator(".st-key-content_partition").get_by_text("training-frequency band", exact=True).click()
+        expect(gap).to_contain_text("frequent")
         expect(page.locator(CHARTS).filter(has_text="Over training: frequent tokens")).to_have_count(1)
         expect(page.get_by_role("table").filter(has_text="share of the gap (%)")).to_contain_text("rare")
-        _scroll_to_top(page.get_by_role("heading", name="Where the gap lives: token classes"))
-        page.wait_for_timeout(500)
+        scroll_to_top(page.get_by_role("heading", name="Where the gap lives: token classes"))
         page.screenshot(path=str(SHOTS / "content_gap.png"))
-        _no_exception(page)
+        no_exception(page)
 
         # The n-gram baselines beside the models; the growth fit says what it needs (these runs' cosine
         # has no plateau); the kept models continue a held-out passage side by side.
         expect(page.get_by_role("table").filter(has_text="share of the gap (%)")).to_contain_text(
             "bigram baseline (nats/token)")
-        page.get_by_text("Not enough points: the fit needs SPEN and its GPT", exact=False).wait_for(timeout=WAIT_MS)
-        page.get_by_role("heading", name="Evaluated again, on another text").wait_for(timeout=WAIT_MS)
+        page.get_by_text("Not enough points: the fit needs SPEN and its GPT", exact=False).wait_for()
+        page.get_by_role("heading", name="Evaluated again, on another text").wait_for()
         samples = page.get_by_role("heading", name="Samples", exact=True)
-        _scroll_to_top(samples)
-        page.get_by_role("button", name="Sample").click()
-        page.get_by_text("the same settings give the same text", exact=False).wait_for(timeout=WAIT_MS)
+        scroll_to_top(samples)
+        with rerun(page):
+            page.get_by_role("button", name="Sample").click()
+        page.get_by_text("the same settings give the same text", exact=False).wait_for()
         blocks = page.get_by_test_id("stText")
-        expect(blocks).to_have_count(3, timeout=WAIT_MS)  # the prompt, SPEN's continuation, the GPT's
+        expect(blocks).to_have_count(3)  # the prompt, SPEN's continuation, the GPT's
         assert all(t.strip() for t in blocks.all_inner_texts())
-        page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "content_samples.png"))
-        _no_exception(page)
+        no_exception(page)
     finally:
         page.close()
 
 
 def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_home, chromium_browser):
-    from playwright.sync_api import expect
-
     from boundary_fixture import TINY, make_boundary_runs
     from ema_core.boundary_findings import RECALL_LEVEL, claim_verdicts, reach_of
     from ema_core.experiments import build_config
@@ -761,47 +647,44 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 3600}, accept_downloads=True)
     try:
-        page.goto(app_url + "/boundary")
-        page.get_by_role("heading", name="Boundary map", exact=True).wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 3)  # the map, the crossing, recall against state size
+        goto(page, app_url + "/boundary")
+        page.get_by_role("heading", name="Boundary map", exact=True).wait_for()
+        assert page.locator(CHARTS).count() >= 3  # the map, the crossing, recall against state size
         charts = page.locator(CHARTS)
-        expect(charts.nth(0)).to_contain_text("The boundary map", timeout=WAIT_MS)
+        expect(charts.nth(0)).to_contain_text("The boundary map")
         expect(charts.nth(0)).to_contain_text("softmax")
         expect(charts.nth(0)).to_contain_text("exclusion floor")  # the colour's base, and f under each accuracy
         expect(charts.nth(1)).to_contain_text("Structure against content")
         expect(charts.nth(1)).to_contain_text("window_k")  # the floor, in the legend like every mixer
         expect(charts.nth(2)).to_contain_text("MQAR recall against state size")
         expect(charts.nth(2)).to_contain_text(f"smallest state reaching {RECALL_LEVEL:g}")
-        page.get_by_text(f"The smallest state reaching {RECALL_LEVEL:g}", exact=True).wait_for(timeout=WAIT_MS)
-        page.get_by_role("heading", name="The paper's hierarchy and the measured one").wait_for(timeout=WAIT_MS)
-        page.get_by_text("The paper's claims", exact=False).first.wait_for(timeout=WAIT_MS)
-        page.get_by_text("they hold by construction or check the harness (the recipe trains").wait_for(timeout=WAIT_MS)
+        page.get_by_text(f"The smallest state reaching {RECALL_LEVEL:g}", exact=True).wait_for()
+        page.get_by_role("heading", name="The paper's hierarchy and the measured one").wait_for()
+        page.get_by_text("The paper's claims", exact=False).first.wait_for()
+        page.get_by_text("they hold by construction or check the harness (the recipe trains").wait_for()
         for sc in boundary_scores(verdicts):  # each claim and each check in one line, its full sentence on demand
-            expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible(timeout=WAIT_MS)
+            expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible()
         _open_verdicts(page)
         for sc in boundary_scores(verdicts):
-            expect(page.get_by_text(sc.detail, exact=True)).to_be_visible(timeout=WAIT_MS)
+            expect(page.get_by_text(sc.detail, exact=True)).to_be_visible()
         expect(page.get_by_text("not judged: 2 seeds").first).to_be_visible()
-        page.get_by_text("The rule.").first.wait_for(timeout=WAIT_MS)
-        page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").wait_for(timeout=WAIT_MS)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(1500)  # vega draws the titles after the marks: let the drawing finish
+        page.get_by_text("The rule.").first.wait_for()
+        page.locator(".st-key-boundary_map_dl_tex").get_by_role("button").wait_for()
+        settle(page)
         page.screenshot(path=str(SHOTS / "boundary.png"))
-        _no_exception(page)
+        no_exception(page)
 
         download = _download(page, "boundary_map_dl_tex")
         assert download.suggested_filename == "boundary_map.tex"
         tex = Path(download.path()).read_text()
         assert "\\toprule" in tex and "$\\pm$" in tex and "window\\_k" in tex
-        _no_exception(page)
+        no_exception(page)
     finally:
         page.close()
 
 
 def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(app_url, emalab_home,
                                                                               chromium_browser):
-    from playwright.sync_api import expect
-
     from depth_fixture import make_depth_runs
     from ema_core.depth_findings import claim_verdicts
     from ema_core.figures.depth import DEPTH_METRICS
@@ -815,14 +698,14 @@ def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(ap
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 5200}, accept_downloads=True)
     try:
-        page.goto(app_url + "/depth")
-        page.get_by_role("heading", name="Depth dilution", exact=True).wait_for(timeout=WAIT_MS)
-        _wait_for_charts(page, 5)  # four metrics against depth, the weights map
+        goto(page, app_url + "/depth")
+        page.get_by_role("heading", name="Depth dilution", exact=True).wait_for()
+        assert page.locator(CHARTS).count() >= 5  # four metrics against depth, the weights map
         charts = page.locator(CHARTS)
         expect(charts).to_have_count(5)
         for i, (axis, _) in enumerate(DEPTH_METRICS.values()):
             # The y axis's title: one text (the chart's title is wrapped into lines, drawn apart).
-            expect(charts.nth(i)).to_contain_text(axis, timeout=WAIT_MS)
+            expect(charts.nth(i)).to_contain_text(axis)
             expect(charts.nth(i)).to_contain_text("input-dependent selection")  # a legend entry per rule
         expect(charts.nth(4)).to_contain_text("Depth weights at 2 blocks")
         # Every chart drawn (an svg or a canvas of its own), each with its SVG and PNG downloads.
@@ -832,17 +715,16 @@ def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(ap
         offered = page.get_by_test_id("stDownloadButton")
         for label, n in (("SVG", 5), ("PNG", 5), ("CSV", 1), ("Markdown", 1), ("LaTeX", 1)):
             expect(offered.filter(has_text=label)).to_have_count(n)
-        page.get_by_role("heading", name="The paper's order and the measured one").wait_for(timeout=WAIT_MS)
-        page.get_by_text("Where the two axes meet.", exact=False).wait_for(timeout=WAIT_MS)
+        page.get_by_role("heading", name="The paper's order and the measured one").wait_for()
+        page.get_by_text("Where the two axes meet.", exact=False).wait_for()
         for sc in depth_scores(verdicts):  # each claim and the check in one line, its full sentence on demand
-            expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible(timeout=WAIT_MS)
+            expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible()
         _open_verdicts(page)
         for sc in depth_scores(verdicts):
-            expect(page.get_by_text(sc.detail, exact=True)).to_be_visible(timeout=WAIT_MS)
-        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-        page.wait_for_timeout(1500)  # vega draws the titles after the marks: let the drawing finish
+            expect(page.get_by_text(sc.detail, exact=True)).to_be_visible()
+        settle(page)
         page.screenshot(path=str(SHOTS / "depth.png"))
-        _no_exception(page)
+        no_exception(page)
 
         download = _download(page, "depth_table_dl_tex")
         assert download.suggested_filename == "depth_results.tex"
@@ -853,10 +735,11 @@ def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(ap
         assert Path(download.path()).read_text().lstrip().startswith("<svg")
 
         # The weights of the other depth: the map follows, and the URL says so.
-        page.locator(".st-key-depth_map_depth").get_by_text("1", exact=True).click()
-        expect(charts.nth(4)).to_contain_text("Depth weights at 1 block,", timeout=WAIT_MS)
-        page.wait_for_url(re.compile(r"depth_map_depth=1"), timeout=WAIT_MS)
-        _no_exception(page)
+        with rerun(page):
+            page.locator(".st-key-depth_map_depth").get_by_text("1", exact=True).click()
+        expect(charts.nth(4)).to_contain_text("Depth weights at 1 block,")
+        page.wait_for_url(re.compile(r"depth_map_depth=1"))
+        no_exception(page)
     finally:
         page.close()
 
@@ -865,46 +748,44 @@ def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, ema
     # The newcomer's path after the tests above: the quick reproduction was launched and its dilution
     # run finished; real tiny SPEN and GPT runs are stored.  Their cards differ, a relaunch says
     # "already done" and runs nothing, and the lm_eval table reads as a paper's table.
-    from playwright.sync_api import expect
-
     SHOTS.mkdir(parents=True, exist_ok=True)
-    lm_runs = {}
+    lm_runs = {}  # a finished run of each model: the quick reproduction's own may still be training
     for folder in sorted((emalab_home / "runs").glob("lm-*")):
         record = json.loads((folder / "config.json").read_text())
-        lm_runs.setdefault(record["config"]["model"], folder.name)
+        if _status(emalab_home, folder.name).get("state") == "done":
+            lm_runs.setdefault(record["config"]["model"], folder.name)
     assert {"gpt", "spen"} <= set(lm_runs), lm_runs
     page = chromium_browser.new_page(viewport={"width": 1400, "height": 2400}, accept_downloads=True)
     try:
-        page.goto(app_url + "/jobs")
-        page.get_by_role("heading", name="Jobs").wait_for(timeout=WAIT_MS)
+        goto(page, app_url + "/jobs")
+        page.get_by_role("heading", name="Jobs").wait_for()
         cards = {model: page.locator(f".st-key-job_{run_id}") for model, run_id in lm_runs.items()}
         for model, card in cards.items():
-            expect(card).to_contain_text(f"{lm_runs[model]} · done", timeout=WAIT_MS)
+            expect(card).to_contain_text(f"{lm_runs[model]} · done")
         heads = {model: card.get_by_test_id("stMarkdown").first.inner_text() for model, card in cards.items()}
         assert heads["gpt"] != heads["spen"] and "model=gpt" in heads["gpt"], heads
         assert all(head.startswith("lm ") and "seed" in head for head in heads.values()), heads
         page.screenshot(path=str(SHOTS / "jobs_told_apart.png"))
-        _no_exception(page)
+        no_exception(page)
 
-        page.goto(app_url + "/")
-        page.get_by_role("button", name="Run the quick reproduction").click()
+        goto(page, app_url + "/")
+        with rerun(page):
+            page.get_by_role("button", name="Run the quick reproduction").click()
         done = page.get_by_text(re.compile(r"Already done: .*dilution-\w+-s\d+"))
-        done.wait_for(timeout=WAIT_MS)
+        done.wait_for()
         assert "next free seed is" in done.inner_text()
         expect(page.get_by_text(re.compile(r"^Launched"))).to_have_count(0)
         expect(page.get_by_role("button", name=re.compile(r"^Use seed \d+$"))).to_have_count(0)  # no seed input here
-        page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "relaunch_already_done.png"))
-        _no_exception(page)
+        no_exception(page)
 
-        _open_export_table(page, app_url, "lm_eval")
+        open_export_table(page, app_url, "lm_eval")
         tex = Path(_download(page, "export_lm_eval_latex").path()).read_text()
         assert "\\caption{" in tex and "\\label{tab:lm_eval}" in tex, tex
         header = next(line for line in tex.splitlines() if "run_id" in line or "model" in line)
         assert "model" in header and "predictor" in header, header
         assert "gpt" in tex and "spen" in tex
-        page.wait_for_timeout(500)
         page.screenshot(path=str(SHOTS / "export_lm_eval.png"))
-        _no_exception(page)
+        no_exception(page)
     finally:
         page.close()

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_e2e import CHARTS, SHOTS, WAIT_MS, _no_exception, _open_export_table, _serve, chromium_browser  # noqa: F401
-
-pytestmark = pytest.mark.e2e
+from browser import CHARTS, SHOTS, goto, no_exception, open_export_table, serve_app, settle
 
 WIDTHS = (1100, 1400)
 # page: (url path, heading, charts it draws over this folder, window height: the whole page in view,
@@ -55,30 +53,27 @@ def layout_url(tmp_path_factory):
     # Every mixer: the crossing chart's legend must hold all eight.
     make_boundary_runs(home, (0,), overrides={"mixers": ",".join(MIXER_NAMES)})
     make_depth_runs(home, (0,))
-    with _serve(home, tmp_path_factory.mktemp("streamlit") / "server.log") as url:
+    with serve_app(home, tmp_path_factory.mktemp("streamlit") / "server.log") as url:
         yield url
 
 
 def _open(page, url: str, name: str) -> int:
-    """Open the page ``name`` and wait until its charts are drawn; how many it draws."""
+    """Open the page ``name`` and wait until it is idle, every chart drawn; how many it should draw."""
     path, heading, n, _ = PAGES[name]
     if name == "export":
-        _open_export_table(page, url, "boundary_accuracy")
+        open_export_table(page, url, "boundary_accuracy")
     else:
-        page.goto(f"{url}/{path}")
-        page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=WAIT_MS)
+        goto(page, f"{url}/{path}")
+        page.get_by_role("heading", name=heading, exact=True).wait_for()
     if name == "boundary":
         page.get_by_text("Dev accuracy per learning rate", exact=True).click()
-    page.wait_for_function("([sel, n]) => document.querySelectorAll(sel).length >= n",
-                           arg=[f"{CHARTS} svg.marks, {CHARTS} canvas", n], timeout=WAIT_MS)
-    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=WAIT_MS)
-    page.wait_for_timeout(1500)  # vega draws the titles after the marks: let the drawing finish
+        settle(page)  # the chart in the expander, drawn now that it is open
     return n
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", list(PAGES))
-def test_every_chart_fits_its_column_and_cuts_no_label(layout_url, chromium_browser, name, width):  # noqa: F811
+def test_every_chart_fits_its_column_and_cuts_no_label(layout_url, chromium_browser, name, width):
     from ema_core.mixers import MIXER_NAMES
 
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -86,7 +81,7 @@ def test_every_chart_fits_its_column_and_cuts_no_label(layout_url, chromium_brow
     try:
         n = _open(page, layout_url, name)
         page.screenshot(path=str(SHOTS / f"layout_{name}_{width}.png"))
-        _no_exception(page)
+        no_exception(page)
         charts = page.evaluate(MEASURE, CHARTS)
         assert len(charts) == n, [c["title"] for c in charts]
         for c in charts:

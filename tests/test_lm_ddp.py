@@ -24,7 +24,6 @@ def _torchrun(home: Path, *extra: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
 def test_two_gloo_processes_train_one_job(tmp_path):
     home = tmp_path / "home"
     proc = _torchrun(home)

@@ -26,8 +26,8 @@ from ema_core.lm.train import Streams, evaluate
 from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, held_out_passages, sample, sample_ids
 from ema_core.rundir import RunDir, run_id_for
 from jobs import cli
-from jobs.worker import run_job
-from lm_fixture import _home as _home_env
+from finished_run import run_in_process
+from runcache import home as _home_env
 from test_lm_train import _one_thread  # noqa: F401 - every test here on one torch thread
 
 TINY = dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=2, eval_tokens=256, final_eval_tokens=1024,
@@ -58,15 +58,9 @@ def lab(tmp_path_factory):
     corpus.write_text(_text(0, 400), encoding="utf-8")
     other.write_text(_text(1, 60), encoding="utf-8")
     threads = torch.get_num_threads()
-    runs = {}
     with _home_env(home):
-        for model in ("spen", "gpt"):
-            cfg = build_config("lm", preset="quick", overrides={**TINY, "model": model, "corpus": str(corpus)})
-            config = cfg.model_dump(mode="json")
-            rd = RunDir.for_id(run_id_for("lm", config, cfg.seed), home)
-            rd.create("lm", config, cfg.seed)
-            assert run_job(rd.run_id, home) == "done", rd.log_path.read_text()
-            runs[model] = rd.run_id
+        runs = {model: run_in_process(home, "lm", {**TINY, "model": model, "corpus": str(corpus)}, preset="quick")
+                for model in ("spen", "gpt")}
     torch.set_num_threads(threads)
     return {"home": home, "corpus": corpus, "other": other, "runs": runs}
 
@@ -237,7 +231,6 @@ def test_a_run_that_has_not_finished_has_no_final_weights_yet(lab, home, tmp_pat
             load_trained(copy.path)
 
 
-@pytest.mark.slow
 def test_emalab_run_lm_eval_runs_a_job_that_the_store_keeps_apart_from_the_training_runs(lab, home):
     from store import ingest
     from store.content import lm_eval, lm_final_losses, lm_runs, lm_token_class_pairs

@@ -214,19 +214,14 @@ def _snapshot(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """(root, home, run_id, snapshot of root): root holds the data folder and a folder beside it."""
-    from jobs.runner import LocalRunner
+    from finished_run import run_in_process
     from store import ingest
 
     root = tmp_path_factory.mktemp("malformed")
     home = root / "home"
     (root / "outside").mkdir()
     (root / "outside" / "keep.txt").write_text("not to be touched\n")
-    runner = LocalRunner(home=home, slots=1)
-    try:
-        run_id = runner.submit("dilution", TINY)
-        assert runner.wait(run_id, timeout=600) == "done", runner.logs(run_id)
-    finally:
-        runner.close()
+    run_id = run_in_process(home, "dilution", TINY)
     report = ingest(home=home)
     assert report["errors"] == [] and report["results"] == 1, report
     exports = home / "exports"

@@ -27,7 +27,6 @@ def _run(pkg_root: Path, env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 def test_cache_falls_back_when_the_install_is_read_only(tmp_path):
     pkg_root = tmp_path / "install"
     shutil.copytree(ROOT / "ema_core", pkg_root / "ema_core", ignore=shutil.ignore_patterns("__pycache__"))
@@ -48,7 +47,6 @@ def test_cache_falls_back_when_the_install_is_read_only(tmp_path):
     assert second["hits"] >= 1, "the second process compiled again instead of loading the cache"
 
 
-@pytest.mark.slow
 def test_cache_stays_in_tree_when_writable(tmp_path):
     pkg_root = tmp_path / "install"
     shutil.copytree(ROOT / "ema_core", pkg_root / "ema_core", ignore=shutil.ignore_patterns("__pycache__"))

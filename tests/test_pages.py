@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from finished_run import run_in_process
 from jobs.runner import LocalRunner
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -29,13 +30,9 @@ def _page(path: str | None = None) -> AppTest:
 
 
 def _finished_run(home, **overrides) -> str:
-    runner = LocalRunner(home=home, slots=1)
     cfg = dict(alphas=(0.5,), vocab=8, dim=8, max_lag=2, n_train=256, n_test=128, steps=20, batch=64,
                checkpoint_every=10, log_every=5) | overrides
-    run_id = runner.submit("dilution", cfg)
-    assert runner.wait(run_id, timeout=TIMEOUT) == "done", runner.logs(run_id)
-    runner.close()
-    return run_id
+    return run_in_process(home, "dilution", cfg)
 
 
 def test_overview_on_an_empty_store(home):
