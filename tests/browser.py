@@ -9,127 +9,26 @@ Two kinds of wait, and only two:
   only once the app is idle (:func:`settle`), so the answer does not depend on timing, and a wrong
   answer fails within a minute rather than after the liveness bound.
 
-Idle means: a run of the app's script that began after the last interaction has ended whole, no
-script or fragment is running now, no element is stale, and every chart is drawn and the same on two
-polls in a row.  The server says when a run ends and how (a run cut short for a rerun, the router's
-first one or a widget moved mid-run, does not count): a watcher installed in every page before the
-app's own code reads that from the app's websocket, so a run that starts and ends between two polls is
-not missed, and a page read before its rerun has even begun is not taken for idle.  Streamlit's root
-says whether a script is running (``data-test-script-state``).
+What idle means, and how the app's own runs are counted, is bench/browser.py's, shared with the
+benchmarks that walk the app.
 """
 from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from bench.app_memory import serve
+# One way to serve the app and tell when a page is drawn, shared with the benchmarks that walk it.
+from bench.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, WAIT_MS, WAIT_S, runs_ended, serve, settle, watch  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "artifacts" / "e2e"
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 CHARTS = '[data-testid="stVegaLiteChart"]'
 EXCEPTIONS = '[data-testid="stException"]'
-# Liveness only (see above): never a speed target.
-WAIT_S = 600
-WAIT_MS = WAIT_S * 1000
 # A check on a settled page: long enough for a layout pass on a loaded machine, short enough that a
 # wrong page fails in under a minute.
 CHECK_MS = 45_000
-# How often the idle condition is polled; a chart must be the same on two polls in a row.
-POLL_MS = 250
-
-# Installed in every document before the app's scripts: counts the app's script runs that end whole.
-# The server says so in its ForwardMsg's `script_finished` (field 6, a varint): FINISHED_SUCCESSFULLY (0,
-# st.stop included) or with a compile error (1) end a run; FINISHED_EARLY_FOR_RERUN (2) is a run cut
-# short for another that follows (the router's first run, a widget moved mid-run), and
-# FINISHED_FRAGMENT_RUN_SUCCESSFULLY (3) a fragment's run (the Jobs page's list, every second); neither
-# means the page is drawn.  Only the top-level fields of each message are read.
-COUNT_RUNS = """
-(() => {
-  window.__emalabRunsEnded = 0;
-  const varint = (b, i) => {
-    let v = 0, shift = 0, x;
-    do { x = b[i++]; v += (x & 0x7f) * 2 ** shift; shift += 7; } while (x & 0x80);
-    return [v, i];
-  };
-  const finished = buffer => {
-    const b = new Uint8Array(buffer);
-    let i = 0, tag, n;
-    while (i < b.length) {
-      [tag, i] = varint(b, i);
-      const field = Math.floor(tag / 8), wire = tag & 7;
-      if (wire === 0) { [n, i] = varint(b, i); if (field === 6) return n; }
-      else if (wire === 2) { [n, i] = varint(b, i); i += n; }
-      else if (wire === 1) i += 8;
-      else if (wire === 5) i += 4;
-      else return null;
-    }
-    return null;
-  };
-  const seen = data => {
-    const status = finished(data);
-    if (status === 0 || status === 1) window.__emalabRunsEnded += 1;
-  };
-  const Native = window.WebSocket;
-  window.WebSocket = class extends Native {
-    constructor(...args) {
-      super(...args);
-      this.addEventListener('message', e => {
-        if (e.data instanceof ArrayBuffer) seen(e.data);
-        else if (e.data instanceof Blob) e.data.arrayBuffer().then(seen);
-      });
-    }
-  };
-})();
-"""
-
-# True once the app is idle after ``after`` whole runs (see the module's docstring).  A chart counts as
-# drawn when vega has put marks in its svg (or sized its canvas); its drawing is fingerprinted by its
-# box and texts, which must match the previous poll's (vega draws the titles after the marks).
-IDLE = """after => {
-  const app = document.querySelector('[data-testid="stApp"]');
-  const idle = app && app.getAttribute('data-test-connection-state') === 'CONNECTED'
-    && app.getAttribute('data-test-script-state') === 'notRunning'
-    && window.__emalabRunsEnded > after
-    && !document.querySelector('[data-stale="true"]')
-    && !document.querySelector('[data-testid="stSkeleton"]');
-  // A chart in a closed expander is not laid out, and is drawn once it is opened.
-  const shown = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')].filter(c => c.getClientRects().length);
-  const charts = shown.map(chart => {
-    const svg = chart.querySelector('svg.marks');
-    const canvas = chart.querySelector('canvas');
-    const drawn = svg ? svg.querySelector('g') !== null : canvas ? canvas.width > 0 : false;
-    const box = (svg || canvas || chart).getBoundingClientRect();
-    return drawn ? [box.width, box.height, box.top, chart.textContent].join('|') : null;
-  });
-  const print = JSON.stringify(charts);
-  const same = print === window.__emalabLastPrint;
-  window.__emalabLastPrint = print;
-  return Boolean(idle && same && !charts.includes(null));
-}"""
-
-
-def runs_ended(page) -> int:
-    """How many of the app's script runs have ended whole in this page's document so far."""
-    return page.evaluate("() => window.__emalabRunsEnded || 0")
-
-
-def settle(page, after: int = 0) -> None:
-    """Wait (liveness) until the app is idle after a run that ended later than ``after`` runs had."""
-    page.wait_for_function(IDLE, arg=after, polling=POLL_MS, timeout=WAIT_MS)
 
 
 @contextlib.contextmanager
@@ -188,6 +87,6 @@ class Browser:
 
     def new_page(self, **kwargs):
         page = self._browser.new_page(**kwargs)
-        page.add_init_script(COUNT_RUNS)
+        watch(page)
         page.set_default_timeout(CHECK_MS)
         return page

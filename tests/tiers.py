@@ -31,7 +31,7 @@ MANY_WORKERS = "<workers > 1>"
 # Names (a module, a function, an attribute path) whose use starts a process.
 SPAWNS = frozenset({
     "subprocess", "Popen", "sys.executable", "multiprocessing", "ProcessPoolExecutor", "os.fork",
-    "ray", "serve", "serve_app",  # a Streamlit server (bench.app_memory.serve)
+    "ray", "serve", "serve_app",  # a Streamlit server (bench.browser.serve)
     "LocalRunner", "RayRunner", "submit", "resume",  # the job runner: one worker process a job
     "run_parallel",  # the cell pool of the grid studies: spawned processes
     "bench.boundary.main",  # times a slice of the map with one worker and with two
