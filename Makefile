@@ -8,7 +8,7 @@ PORT    ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast stress bench gpu-check clean chromium
+.PHONY: run test test-fast coverage stress bench gpu-check clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,12 @@ test: $(DEVSTAMP) chromium
 # Everything that starts no browser, no server and no process of its own.
 test-fast: $(DEVSTAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not browser and not subprocess" --durations=10 $(PYTEST_ARGS)
+
+# Branch coverage of ema_core, store and jobs over the whole suite, in one process (what a test's own
+# process runs; the workers and servers it starts are not traced): `coverage report` lists it by file.
+coverage: $(DEVSTAMP) chromium
+	$(BIN)/python -m coverage run -m pytest -p no:xdist -q $(PYTEST_ARGS)
+	$(BIN)/python -m coverage report --skip-covered | tail -3
 
 # The store's many-processes stress test for minutes (`make test` runs it for a few seconds).
 STRESS ?= 120
