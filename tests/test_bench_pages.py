@@ -6,7 +6,9 @@ reports well-formed figures; then the two things that make page loads independen
 finished runs: ingest passing over runs it has already seen, and the Jobs page drawing the newest
 jobs only.
 """
+import contextlib
 import importlib
+import io
 import json
 import math
 import os
@@ -70,10 +72,16 @@ def test_bench_pages_tiny_json(tmp_path):
 
 
 def test_bench_pages_refuses_a_folder_that_holds_something(tmp_path):
+    # The benchmark's main in process (its console entry is the test above's): argparse's refusal is a
+    # SystemExit with the exit status and its message on stderr, as a real process would end.
+    from bench.pages import main
+
     (tmp_path / "runs").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "bench.pages", "--home", str(tmp_path), "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "not empty" in proc.stderr
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as exited, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        main(["--home", str(tmp_path), "--json"])
+    assert exited.value.code == 2 and "not empty" in err.getvalue() and out.getvalue() == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # the folder is left as it was
 
 
 # -- ingest passes over runs it has seen ------------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,9 @@ from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.experiments import boundary as boundary_experiment
 from ema_core.experiments.boundary import cells, difficulties
 from ema_core.mixers import MIXER_NAMES
+
+# Warnings a fresh interpreter does not print (Python's default filters): the rest would be a line on stderr.
+HIDDEN_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A whole grid in seconds: every task, two distances, two MQAR sizes, two seeds, recall against state
@@ -86,18 +90,25 @@ def test_a_stored_config_of_an_older_run_reads_as_it_ran():
     ("", "mixers: none given; name at least one"),
     ("ema,mamba", "mixers: must be one of 'window_k'"),
 ])
-def test_a_bad_mixers_setting_is_one_plain_line_from_the_command_line(tmp_path, value, says):
-    env = {**os.environ, "EMALAB_HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "boundary", "--preset", "quick", "--set",
-                          f"mixers={value}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+def test_a_bad_mixers_setting_is_one_plain_line_from_the_command_line(tmp_path, monkeypatch, value, says):
+    # The command's main in process (tests/test_cli.py runs a refused `run` through a fresh interpreter):
+    # its exit code, stdout and stderr, and any warning, which a real process would print on stderr.
+    from test_cli import in_process  # here, not at the top: the spawned cell workers import this module
+
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = in_process("run", "boundary", "--preset", "quick", "--set", f"mixers={value}")
+    assert not [w for w in caught if not issubclass(w.category, HIDDEN_WARNINGS)], [str(w.message) for w in caught]
     line = out.stderr.strip()
-    assert out.returncode == 2 and out.stdout == "" and len(line.splitlines()) == 1, out.stderr
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
     assert line.startswith("emalab: error: mixers") and says in line, line
     assert "Traceback" not in line and "Tuple should" not in line and "after validation" not in line, line
     # nothing said twice: not the setting's name, not the value
     assert sum(w.startswith("mixers") for w in line.split()) == 1 and line.count(repr(value.split(","))) <= 1, line
     if "mamba" in value:  # an unknown name: the names it could have been
         assert all(name in line for name in MIXER_NAMES), line
+    assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
 def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
@@ -414,11 +425,14 @@ def test_a_worker_killed_with_sigkill_takes_its_training_children_with_it(tmp_pa
             proc.kill()
 
 
-def test_cli_run_prints_the_map_as_json(tmp_path):
+def test_cli_run_prints_the_map_as_json(tmp_path, monkeypatch):
+    # The command's main in process (its console entry is tests/test_cli.py's to start); the run itself
+    # is still the runner's worker process.
+    from test_cli import in_process
+
     sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
-    env = {**os.environ, "EMALAB_HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "boundary", *sets, "--json"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
+    out = in_process("run", "boundary", *sets, "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     obj = json.loads(out.stdout)
     assert obj["state"] == "done" and obj["cells"] == 2 * MAP_CELLS and obj["seconds"] > 0

@@ -1,8 +1,11 @@
 """The `emalab` command line end to end: real job processes, a kill -9, a resume and a LaTeX export.
 
 Commands run as subprocesses (``python -m jobs.cli``, what the console script calls) where the
-user story needs a separate process, and in-process through ``jobs.cli.main`` where only the
-answer matters (polling a job is then fast enough to catch it half-way).
+user story needs a separate process (a background launch and a resume that exit leaving their worker
+behind, a Ctrl-C, and one refused command through the real entry point), and in-process through
+``jobs.cli.main`` everywhere else: the same code, answer and exit code without a new interpreter's
+start-up (polling a job is then fast enough to catch it half-way).  Other test files call
+:func:`in_process` from here for their own commands.
 """
 from __future__ import annotations
 
@@ -184,7 +187,8 @@ def test_user_story_background_kill_resume_export(home):
 
 def test_foreground_run_prints_one_object_and_a_progress_bar(home):
     args = ["run", "dilution", *_sets(steps=40, seed=3)]
-    p = emalab(home, *args, "--json")
+    # In process: the console entry's own run is the user story's launch (and its Ctrl-C test's run).
+    p = in_process(*args, "--json")
     assert p.returncode == 0, p.stderr
     out = one_object(p.stdout)
     assert STABLE_RUN_KEYS | {"ingested"} <= set(out)
@@ -325,8 +329,12 @@ def test_usage_errors_are_one_line_exit_2_and_write_nothing(home):
         assert err.startswith("emalab: error: ") and err.count("\n") == 1 and names in err, (args, err)
     assert tree(home) == set()  # no runs folder, no store, no exports, not even the data folder
 
-    p = emalab(home, "run", "dilution", "--set", "vocab=1", "--json")  # the real entry point agrees
-    assert p.returncode == 2 and p.stdout == "" and p.stderr.strip().startswith("emalab: error: stream.vocab:")
+    # The real entry point agrees, in a fresh interpreter (its imports write nothing and say nothing
+    # either): the suite's one refused command through a new process; the rest, and the boundary
+    # study's refusals (tests/test_boundary.py), go through main in process.
+    p = emalab(home, "run", "dilution", "--set", "vocab=1", "--json")
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith("emalab: error: stream.vocab:")
+    assert p.stderr.count("\n") == 1, p.stderr
     assert tree(home) == set()
 
 

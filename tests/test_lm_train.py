@@ -218,20 +218,18 @@ def test_a_run_at_train_lr_auto_trains_at_the_chosen_rate_records_it_and_resumes
 
 
 @pytest.mark.parametrize("model", ["spen", "gpt"])
-def test_lm_on_the_command_line(tmp_path, model):
-    # The command with the tiny preset, shortened to a few steps: every promised key.
+def test_lm_on_the_command_line(tmp_path, monkeypatch, model):
+    # The command with the tiny preset, shortened to a few steps: every promised key.  The
+    # command's main in process (its console entry is tests/test_cli.py's to start); the run itself is
+    # still the runner's worker process.
     import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    from test_cli import in_process
+
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
     sets = dict(model=model, steps=4, batch=2, warmup=1, eval_every=2, eval_tokens=512, final_eval_tokens=2048)
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "lm", "--preset", "tiny", *args, "--json"],
-                          cwd=root, env={**os.environ, "EMALAB_HOME": str(tmp_path / "home")},
-                          capture_output=True, text=True, timeout=600)
+    proc = in_process("run", "lm", "--preset", "tiny", *args, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)
     for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):

@@ -1,8 +1,11 @@
 """docs/notebook.md's lines, run exactly as written, while another process writes to the store as the app does.
 
-Each ```python block of the page is run in a fresh interpreter from a folder holding ``emalab_home/``
-(as a notebook started in the checkout would), against a store with real rows and exports of them.
+Each ```python block of the page that opens the store is run in a fresh interpreter (a notebook's
+own process, reading while this one writes), from a folder holding ``emalab_home/`` (as a notebook
+started in the checkout would), against a store with real rows and exports of them; a block that
+only reads an export file is run here, from the same folder, on a namespace of its own.
 """
+import contextlib
 import io
 import os
 import re
@@ -47,7 +50,15 @@ def checkout(tmp_path, monkeypatch):
 
 
 def run_block(code: str, cwd: Path) -> pd.DataFrame:
-    """The block as written, in a fresh interpreter from ``cwd``; the frame it read (df, or runs)."""
+    """The block as written, from ``cwd``; the frame it read (df, or runs).  In a fresh interpreter
+    where it opens the store (the store's locks are per process: only another process reads as a
+    notebook does while the app writes); otherwise in this one, on a namespace of its own, so that a
+    name it uses without defining still fails."""
+    if "store" not in code:
+        names: dict = {}
+        with contextlib.chdir(cwd):
+            exec(compile(code, "<notebook block>", "exec"), names)
+        return names["df"] if "df" in names else names["runs"]
     show = "print((df if 'df' in dir() else runs).to_json(orient='split'))"
     # The data folder the page's paths name (emalab_home/ beside the notebook), for the store's lines too.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EMALAB_HOME": str(cwd / "emalab_home"),

@@ -3,10 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +16,6 @@ from ema_core.grammar import N_WORDS, ROLES, novel_vocabulary, stream
 from ema_core.structure_findings import (CLAIMS, PairStat, Spread, claim_measures, claim_verdicts, findings, judge,
                                          pair_stats, spread)
 
-ROOT = Path(__file__).resolve().parents[1]
 # Small enough for seconds, big enough that every phase does real work.
 TINY = dict(n_train=200, n_eval=60, units=32, k=4, code_dim=16, passes=2, bigru_max_epochs=3, bigru_hidden=16,
             bigru_embed=8)
@@ -282,10 +277,13 @@ def test_bad_settings_are_named():
     assert isinstance(build_config("structure", preset="paper"), StructureConfig)
 
 
-def test_quick_preset_on_the_cli(tmp_path):
-    env = {**os.environ, "EMALAB_HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "structure", "--preset", "quick", "--json"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+def test_quick_preset_on_the_cli(tmp_path, monkeypatch):
+    # The command's main in process (its console entry is tests/test_cli.py's to start); the run itself
+    # is still the runner's worker process.
+    from test_cli import in_process
+
+    monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
+    out = in_process("run", "structure", "--preset", "quick", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     record = json.loads(out.stdout)
     for key in ("grammar", "within", "transfer", "deep", "structural_roles", "agent_det_transfer", "seconds"):

@@ -30,7 +30,9 @@ RUN_COMMAND = "<emalab run>"
 MANY_WORKERS = "<workers > 1>"
 # Names (a module, a function, an attribute path) whose use starts a process.
 SPAWNS = frozenset({
-    "subprocess", "Popen", "sys.executable", "multiprocessing", "ProcessPoolExecutor", "os.fork",
+    # (subprocess.CompletedProcess only holds an answer: the in-process command line returns one)
+    "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
+    "sys.executable", "multiprocessing", "ProcessPoolExecutor", "os.fork",
     "ray", "serve", "serve_app",  # a Streamlit server (bench.browser.serve)
     "LocalRunner", "RayRunner", "submit", "resume",  # the job runner: one worker process a job
     "run_parallel",  # the cell pool of the grid studies: spawned processes
@@ -105,7 +107,6 @@ def _uses(node: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
             dotted = _dotted(sub)
             if dotted:
                 names.add(dotted)
-                names.update(dotted.split("."))  # `mp.get_context` uses mp; `x.submit` uses submit
             if isinstance(sub, ast.Name):
                 called.add(sub.id)
         elif isinstance(sub, (ast.List, ast.Tuple, ast.Call)):
@@ -121,8 +122,7 @@ def _uses(node: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
                 names.add(MANY_WORKERS)
         elif isinstance(sub, (ast.Import, ast.ImportFrom)):
             for alias in sub.names:
-                names.add(alias.asname or alias.name)
-                names.update(alias.name.split("."))
+                names.add(alias.name if isinstance(sub, ast.Import) else f"{sub.module}.{alias.name}")
                 called.add(alias.asname or alias.name)
     return frozenset(names), frozenset(called)
 
@@ -140,7 +140,9 @@ def _reach(module: str, function: str, seen: set[tuple[str, str]]) -> set[str]:
             return _reach(*mod.imported[function], seen)
         return set()
     names, called = _uses(mod.functions[function])
-    out = set(names) | {mod.aliases[n] for n in names if n in mod.aliases}
+    # `mp.Process` is multiprocessing.Process where the module imported multiprocessing as mp
+    out = set(names) | {".".join([mod.aliases[n.split(".")[0]], *n.split(".")[1:]])
+                        for n in names if n.split(".")[0] in mod.aliases}
     for name in called:
         if name in mod.functions or name in mod.imported:
             out |= _reach(module, name, seen)
@@ -188,11 +190,17 @@ def tiers(item) -> set[str]:
     found = set()
     if "chromium_browser" in item.fixturenames:
         found.add("browser")
-    if names & SPAWNS:
+    if _any(names, SPAWNS):
         found.add("subprocess")
-    if names & TRAINS:
+    if _any(names, TRAINS):
         found.add("trains")
     return found or {"unit"}
+
+
+def _any(names: set[str], rule: frozenset[str]) -> bool:
+    """Whether a used name is one of ``rule``'s, the attribute of one (``multiprocessing.Process`` is
+    multiprocessing's), or a method by one of its names (``runner.submit``)."""
+    return any(n in rule or any(n.startswith(r + ".") or n.endswith("." + r) for r in rule) for n in names)
 
 
 def describe(item) -> str:
