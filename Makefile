@@ -33,10 +33,10 @@ chromium:
 		echo "installing Debian's chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# Two pytest-xdist workers, one a core.  Each test's tier comes from its code (tests/tiers.py); the
-# browser tests share one browser and their servers, so they run together on one worker while the
-# other takes the rest.
-XDIST   := -n 2 --dist loadgroup
+# Two pytest-xdist workers, one a core, a test file each at a time: a file's tests run in order on one
+# worker, so a browser module keeps its one server and its tests their order (xdist's loadgroup
+# cannot group with pytest 9's node ids).  Each test's tier comes from its code (tests/tiers.py).
+XDIST   := -n 2 --dist loadfile
 
 # Everything, browser tests included; the slowest tests are listed at the end.
 test: $(DEVSTAMP) chromium

@@ -78,13 +78,10 @@ def _cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    # Every test's tier, from its code (tests/tiers.py).  The browser tests share one browser and the
-    # servers of their data folders, so under xdist they run together, on one worker.
+    # Every test's tier, from its code (tests/tiers.py).
     for item in items:
         for tier in tiers(item):
             item.add_marker(tier)
-        if "browser" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("browser"))
     # GPU tests run where a CUDA device is present (`pytest -m gpu` on a GPU machine) and are
     # reported as skipped, with the reason, everywhere else.
     if _cuda():

@@ -21,11 +21,12 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
+
+from ema_core.rundir import wait_for
 
 # One way to serve the app and drive Chromium for every browser test, and the one meaning of "idle".
 from browser import (CHARTS, SHOTS, WAIT_MS, WAIT_S, goto, no_exception, open_export_table, rerun, scroll_to_top,
@@ -54,6 +55,25 @@ def _is_worker(pid: int | None, run_id: str) -> bool:
     except (OSError, TypeError):
         return False
     return b"jobs.worker" in argv and run_id.encode() in argv
+
+
+def _hold(home: Path, run_id: str, until) -> None:
+    """Let the worker of ``run_id`` train (SIGCONT) until its status meets ``until``, then stop it there
+    (SIGSTOP): the run stays "running" at that progress for as long as the test looks.  A liveness wait."""
+    held = {}
+
+    def reached() -> bool:
+        status = _status(home, run_id)
+        assert status.get("state") in (None, "queued", "running"), f"the job ended before it was held: {status}"
+        pid = status.get("pid")
+        if pid != held.get("pid") and _is_worker(pid, run_id):
+            held["pid"] = pid
+        return "pid" in held and status.get("state") == "running" and until(status)
+
+    if "pid" in (last := _status(home, run_id)) and _is_worker(last["pid"], run_id):
+        os.kill(last["pid"], signal.SIGCONT)
+    assert wait_for(reached, WAIT_S, 0.01), _status(home, run_id)
+    os.kill(held["pid"], signal.SIGSTOP)
 
 
 def _stop_workers(home: Path) -> None:
@@ -247,16 +267,20 @@ def test_launch_kill_resume_and_export_in_the_browser(app_url, emalab_home, chro
         launched.wait_for()
         run_id = re.search(r"dilution-\w+-s\d+", launched.inner_text()).group(0)
 
-        # Watch it: the job list refreshes every second; the bar moves while the worker trains.
+        # Watch it: the job list refreshes every second; the bar moves while the worker trains.  The
+        # worker is held (SIGSTOP) wherever the page must show it, so the job cannot end before the page
+        # has shown it, however busy the machine; the page then shows a held job within a check's time.
         bar = _job_bar(page, run_id)
-        expect(bar).to_contain_text(f"{run_id} · running", timeout=WAIT_MS)
-        expect(bar).to_contain_text("left", timeout=WAIT_MS)  # an ETA once training has begun
+        _hold(emalab_home, run_id, lambda st: st.get("eta_s") is not None)  # training has begun: a time left
+        expect(bar).to_contain_text(f"{run_id} · running")
+        expect(bar).to_contain_text("left")  # an ETA once training has begun
+        page.wait_for_function(f"() => +document.querySelector('.st-key-job_{run_id} [role=progressbar]')"
+                               ".getAttribute('aria-valuenow') > 0")
         first = _bar_value(bar)
-        deadline = time.monotonic() + WAIT_S
-        while _bar_value(bar) <= first and time.monotonic() < deadline:
-            page.wait_for_timeout(200)
+        _hold(emalab_home, run_id, lambda st: st.get("progress", 0) * 100 > first + 1)  # on, and held again
+        page.wait_for_function(f"() => +document.querySelector('.st-key-job_{run_id} [role=progressbar]')"
+                               f".getAttribute('aria-valuenow') > {first}")
         moved = _bar_value(bar)
-        assert moved > first, f"the progress bar stayed at {first}"
         page.screenshot(path=str(SHOTS / "jobs_running.png"))
         no_exception(page)
 
