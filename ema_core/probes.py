@@ -69,8 +69,8 @@ def fit_probe(X: np.ndarray, y: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray
     """
     # scikit-learn takes 1.1 s to import, and the registry (so every CLI command and every worker)
     # imports this module through the structure experiment: only a fit pays for it.
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression, RidgeClassifier
+    from sklearn.exceptions import ConvergenceWarning  # start-up: sklearn's 1.1 s import, paid only by a fit
+    from sklearn.linear_model import LogisticRegression, RidgeClassifier  # the same
 
     if kind not in PROBE_KINDS:
         raise ValueError(f"probe kind must be one of {PROBE_KINDS}, got {kind!r}")

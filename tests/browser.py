@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 # One way to serve the app and tell when a page is drawn, shared with the benchmarks that walk it.
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, WAIT_MS, WAIT_S, runs_ended, serve, settle, watch  # noqa: F401
@@ -29,6 +30,8 @@ EXCEPTIONS = '[data-testid="stException"]'
 # A check on a settled page: long enough for a layout pass on a loaded machine, short enough that a
 # wrong page fails in under a minute.
 CHECK_MS = 45_000
+# Where a box lies, read on an idle page: nothing moves it any more, so a wrong layout fails in seconds.
+LAYOUT_MS = 5_000
 
 
 @contextlib.contextmanager
@@ -52,6 +55,14 @@ def no_exception(page) -> None:
 def scroll_to_top(locator) -> None:
     """Scroll ``locator``'s element to the top of the view (the app is idle: nothing moves it after)."""
     locator.evaluate("e => e.scrollIntoView({block: 'start'})")
+
+
+def in_view_below(page, anchor, texts) -> None:
+    """Once the app is idle, scrolled to ``anchor``: every one of ``texts`` (exact) lies in the window."""
+    settle(page)
+    scroll_to_top(anchor)
+    for text in texts:
+        expect(page.get_by_text(text, exact=True)).to_be_in_viewport(timeout=LAYOUT_MS)
 
 
 def open_export_table(page, app_url: str, table: str) -> None:

@@ -29,8 +29,8 @@ from playwright.sync_api import expect
 from ema_core.rundir import wait_for
 
 # One way to serve the app and drive Chromium for every browser test, and the one meaning of "idle".
-from browser import (CHARTS, SHOTS, WAIT_MS, WAIT_S, goto, no_exception, open_export_table, rerun, scroll_to_top,
-                     serve_app, settle)
+from browser import (CHARTS, SHOTS, WAIT_MS, WAIT_S, goto, in_view_below, no_exception, open_export_table, rerun,
+                     scroll_to_top, serve_app, settle)
 
 FAST_HALF_LIFE = '.st-key-rate_fast [data-testid="stMetricValue"]'
 # One rate and small sizes, but enough steps that the job is still training when it is killed:
@@ -176,9 +176,7 @@ def _says_limit(page, summary: str, lines: list[str], shot: str) -> None:
     expect(said).to_be_visible()
     for line in lines:
         expect(page.get_by_text(line, exact=True)).to_be_visible()
-    scroll_to_top(said)
-    for text in (summary, *lines):
-        expect(page.get_by_text(text, exact=True)).to_be_in_viewport()
+    in_view_below(page, said, (summary, *lines))
     page.screenshot(path=str(SHOTS / shot))
     no_exception(page)
 
@@ -536,9 +534,7 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
         page.get_by_text("The rule.").first.wait_for()
         for v in claims:  # and on demand its full sentence: Δ, spread and verdict word
             expect(page.get_by_text(v.sentence, exact=True)).to_be_visible()
-        scroll_to_top(shows)
-        for sentence in [f.sentence for f in findings]:
-            expect(page.get_by_text(sentence, exact=True)).to_be_in_viewport()
+        in_view_below(page, shows, [f.sentence for f in findings])
         page.screenshot(path=str(SHOTS / "structure_verdicts.png"))
         no_exception(page)
     finally:
@@ -620,8 +616,7 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
         for c in verdict.comparisons:  # the comparisons the sentence is computed from
             expect(page.get_by_role("table").filter(has_text="Δ loss (nats/token)")).to_contain_text(
                 verdict_number(c.delta.mean))
-        scroll_to_top(verdict_heading)
-        expect(said).to_be_in_viewport()
+        in_view_below(page, verdict_heading, [verdict.sentence])
         page.screenshot(path=str(SHOTS / "content_verdict.png"))
         no_exception(page)
 

@@ -44,7 +44,6 @@ TRAINS = frozenset({
     "get_experiment", "REGISTRY", "make_lm_runs", "make_boundary_runs", "make_depth_runs", "tiny_run",
     "_real_run",
 })
-TIERS = ("browser", "subprocess", "trains", "unit")
 # The fixture that holds every test to its tier (tests/conftest.py) names the ways of starting a process
 # to refuse them: it starts none.
 GUARD = "_only_its_tier_starts_processes"
@@ -153,17 +152,13 @@ def _reach(module: str, function: str, seen: set[tuple[str, str]]) -> set[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _inner_imports_of(node: ast.AST) -> tuple[tuple[str, str, str], ...]:
+def _inner_imports(node: ast.AST) -> tuple[tuple[str, str, str], ...]:
+    """(module of tests/, local name, name there) for each ``from <tests' module> import`` inside ``node``."""
     found = []
     for sub in ast.walk(node):
         if isinstance(sub, ast.ImportFrom) and sub.module and (TESTS / f"{sub.module}.py").exists():
             found += [(sub.module, alias.asname or alias.name, alias.name) for alias in sub.names]
     return tuple(found)
-
-
-def _inner_imports(node: ast.AST) -> tuple[tuple[str, str, str], ...]:
-    """(module of tests/, local name, name there) for each ``from <tests' module> import`` inside ``node``."""
-    return _inner_imports_of(node)
 
 
 def _where(func) -> tuple[str, str] | None:
@@ -201,8 +196,3 @@ def _any(names: set[str], rule: frozenset[str]) -> bool:
     """Whether a used name is one of ``rule``'s, the attribute of one (``multiprocessing.Process`` is
     multiprocessing's), or a method by one of its names (``runner.submit``)."""
     return any(n in rule or any(n.startswith(r + ".") or n.endswith("." + r) for r in rule) for n in names)
-
-
-def describe(item) -> str:
-    return f"{item.nodeid}: {', '.join(sorted(tiers(item)))}"
-

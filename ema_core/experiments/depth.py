@@ -36,11 +36,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import seed_field
 from ema_core.depth import RULES, Rule
+from ema_core.depth.probes import frequent_tokens, probe_all
+from ema_core.depth.residual import DepthConfig as ModelConfig
+from ema_core.depth.residual import DepthLM, depth_weights, params
 from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
-from ema_core.lm.data import LMDataConfig
+from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.gpt import NORMS
 from ema_core.lm.rates import AUTO, Auto
 from ema_core.lm.train import Streams, TrainConfig, train_lm
+from ema_core.mixers.causality import check_causal
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 
 KIND = "depth"
@@ -141,7 +145,6 @@ class DepthConfig(BaseModel):
 
 def model_config(cfg: DepthConfig, rule: str, depth: int, vocab: int):
     """The :class:`ema_core.depth.residual.DepthConfig` of one cell."""
-    from ema_core.depth.residual import DepthConfig as ModelConfig  # torch models: where a cell runs
 
     return ModelConfig(**cfg.model.model_dump(), vocab_size=vocab, n_layers=depth, seq_len=cfg.train.seq_len,
                        rule=rule)
@@ -149,7 +152,6 @@ def model_config(cfg: DepthConfig, rule: str, depth: int, vocab: int):
 
 def param_counts(cfg: DepthConfig, vocab: int) -> dict[str, dict[int, int]]:
     """{rule: {depth: parameters}} for every rule of ``RULES`` (the tolerance holds against all of them)."""
-    from ema_core.depth.residual import params
 
     return {rule: {L: params(model_config(cfg, rule, L, vocab)) for L in cfg.depths} for rule in RULES}
 
@@ -210,8 +212,6 @@ def run_cell(cfg: DepthConfig, rule: str, depth: int, seed: int, should_stop=lam
     ``should_stop`` answered yes first.  ``streams`` (:class:`ema_core.lm.train.Streams`) replaces the
     config's corpus split: the rate sweep passes a dev slice of the training text in the held-out
     text's place (``bench.depth_lr``); ``probes`` False leaves the probes and weights out."""
-    from ema_core.depth.probes import frequent_tokens
-    from ema_core.depth.residual import DepthLM, depth_weights
 
     t0 = time.perf_counter()
     if streams is None:
@@ -246,7 +246,6 @@ def run_cell(cfg: DepthConfig, rule: str, depth: int, seed: int, should_stop=lam
 
 def lm_streams(cfg: DepthConfig):
     """The corpus's training and held-out token streams, with the held-out bytes counted by its tokenizer."""
-    from ema_core.lm.data import prepare
 
     data = prepare(cfg.data)
     tok = data.tokenizer
@@ -258,7 +257,6 @@ def lm_streams(cfg: DepthConfig):
 
 
 def _vocab(cfg: DepthConfig) -> int:
-    from ema_core.lm.data import prepare
 
     return prepare(cfg.data).tokenizer.get_vocab_size()
 
@@ -275,7 +273,6 @@ def probe_windows(val: np.ndarray, seq_len: int, n: int) -> np.ndarray:
 @torch.no_grad()
 def _probe(model, windows: np.ndarray, frequent: np.ndarray, device: torch.device) -> dict[str, float]:
     """Both probes of the last block's stream (:func:`ema_core.depth.probes.probe_all`)."""
-    from ema_core.depth.probes import probe_all
 
     was = model.training
     model.eval()
@@ -355,8 +352,6 @@ def run(cfg: DepthConfig, reporter: Reporter) -> dict:
 def check_rules(cfg: DepthConfig) -> None:
     """Refuse a rule that reads ahead, before any cell trains: the exact probe the tests use, on a
     small model of each rule (:func:`ema_core.mixers.causality.check_causal`)."""
-    from ema_core.depth.residual import DepthLM
-    from ema_core.mixers.causality import check_causal
 
     with one_thread():
         for rule in cfg.rules:
