@@ -4,21 +4,24 @@ Four tasks, each a pure function of (config, seed, split); every label sits at a
 sequence (``-100`` where nothing is scored), so one small causal model (:class:`MixerNet`) reads
 them all::
 
-    agree_structure  k=…   the category of the word k tokens back
-    agree_content    k=…   a balanced two-class map of that word within its category (the same sequences)
+    agree_structure  k=…,rho=…   the category of the word k tokens back (four classes)
+    agree_content    k=…,rho=…   a balanced two-class map of that word within its category (the same sequences)
+    agree_content4   k=…,rho=…   a balanced four-class map of it: as many labels as the category has
     mqar             pairs=…,T=…   zoology's multi-query associative recall: name the value bound to each key
-    lag_identity     k=…   the token k steps back, in a uniform random stream
+    lag_identity     k=…         the token k steps back, in a uniform random stream
 
-**Structure that needs memory.**  By default (``structure="independent"``) the category of every
-position is drawn afresh, uniform over four, and the word uniform within its category: the category
-k back is said by that position alone, so a model that does not hold it cannot name it.  The content
-label is a map of the word's identity balanced inside every category (half of each category's words
-are class 1): the category says nothing of it, and it too is said by position t − k alone.  The two
-variants differ only in what of the word must be kept, its coarse class or which word it was.
-``structure="templates"`` draws the words from sentence templates instead, where the categories
-around t − k name the one at t − k most of the time: kept as the ablation that shows how much of
-"structure kept" a grammar's redundancy explains.  :func:`exclusion_floor` measures, per cell, the
-best accuracy reachable without position t − k.
+**The redundancy dial.**  Each agreement sequence is drawn from sentence templates with probability
+ρ (the difficulty's ``redundancy``), and from the independent stream otherwise.  In the independent
+stream (ρ = 0) the category of every position is drawn afresh, uniform over four, and the word
+uniform within its category: the category k back is said by that position alone, so a model that
+does not hold it cannot name it.  In the templates (ρ = 1) the categories around t − k name the one
+at t − k most of the time: what a grammar's redundancy gives away.  The content labels are maps of
+the word's identity balanced inside every category: the category says nothing of them, and they are
+said by position t − k alone at every ρ.  At ρ = 0 ``agree_structure`` and ``agree_content4`` are
+the same task up to a relabelling of the words (a four-way map of the word k back, 16 words a
+class): any difference between them there is noise or a bug, which is what makes the label-count
+control.  :func:`exclusion_floor` measures, per cell, the best accuracy reachable without position
+t − k; it rises with ρ for the category and stays at chance for the content maps.
 
 ``chance`` for every task is one rule: the better of guessing uniformly (1 / classes) and always
 naming the training split's most frequent label (scored on test).
@@ -29,7 +32,7 @@ import functools
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -49,10 +52,11 @@ LR_FLOOR = 0.1  # each cell's cosine ends at this fraction of its learning rate
 CATEGORIES = ("det", "adj", "noun", "verb")
 TEMPLATES = ((0, 2, 3, 0, 2), (0, 1, 2, 3), (2, 3, 0, 1, 2), (0, 2, 3), (1, 2, 3, 2))
 STOP = 0
-STRUCTURES = ("independent", "templates")
 # Below this many words per category the content label is a property of a handful of tokens rather
-# than of a word's identity among many; the issue's lower bound for the independent structure.
+# than of a word's identity among many: the least a stream with independent rows (ρ < 1) takes.
 MIN_WORDS_INDEPENDENT = 16
+# The agreement tasks: what of the word k back each names, and in how many classes.
+AGREEMENT_CLASSES = {"agree_structure": len(CATEGORIES), "agree_content": 2, "agree_content4": 4}
 
 # MQAR as zoology draws its query positions: the i-th free slot after the key-value block (i = 1, 2,
 # …) is chosen with probability ∝ a·i^(a−1) (without replacement), a = 0.01: most queries come soon
@@ -70,11 +74,8 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     seq_len: int = Field(64, ge=8, le=4096, description="tokens per sequence of the agreement and lag tasks")
-    structure: Literal[STRUCTURES] = Field(
-        "independent", description="the agreement tasks' sequences: each position's category drawn independently "
-                                   "(independent), or sentence templates (templates: the redundant ablation)")
-    words_per_category: int = Field(16, ge=2, le=1024, description="open-class words in each of the 4 categories "
-                                                                   "(at least 16 for the independent structure)")
+    words_per_category: int = Field(16, ge=4, le=1024, description="open-class words in each of the 4 categories "
+                                                                   "(at least 16 where any row is independent, ρ < 1)")
     lag_vocab: int = Field(64, ge=2, le=4096, description="tokens in lag_identity's random stream")
     mqar_vocab: int = Field(256, ge=8, le=65_536, description="MQAR's vocabulary, even: keys from its first half, "
                                                               "values from its second")
@@ -89,26 +90,32 @@ class TaskConfig(BaseModel):
             raise ValueError(f"must be even (keys are its first half, values its second), got {v}")
         return v
 
-    @model_validator(mode="after")
-    def _enough_words(self) -> "TaskConfig":
-        if self.structure == "independent" and self.words_per_category < MIN_WORDS_INDEPENDENT:
-            raise ValueError(f"words_per_category: the independent structure needs at least {MIN_WORDS_INDEPENDENT} "
-                             f"words per category, got {self.words_per_category}")
-        return self
+
+def check_words(cfg: TaskConfig, redundancy: float) -> None:
+    """Refuse a stream with independent rows (ρ < 1) over fewer than MIN_WORDS_INDEPENDENT words a category."""
+    if redundancy < 1 and cfg.words_per_category < MIN_WORDS_INDEPENDENT:
+        raise ValueError(f"data.words_per_category: a redundancy below 1 (independent rows) needs at least "
+                         f"{MIN_WORDS_INDEPENDENT} words per category, got {cfg.words_per_category}")
 
 
 @dataclass(frozen=True)
 class Difficulty:
-    """One column of the map: a task at one distance (``k``) or one MQAR size (``pairs``, ``seq_len``)."""
+    """One column of the map: a task at one distance (``k``) and, for the agreement tasks, one redundancy
+    (``redundancy``, ρ), or one MQAR size (``pairs``, ``seq_len``)."""
 
     task: str
     k: int | None = None
     pairs: int | None = None
     seq_len: int | None = None
+    redundancy: float = 0.0  # the agreement tasks' share of template rows; the other tasks have none
 
     @property
     def label(self) -> str:
-        return f"pairs={self.pairs},T={self.seq_len}" if self.task == "mqar" else f"k={self.k}"
+        if self.task == "mqar":
+            return f"pairs={self.pairs},T={self.seq_len}"
+        if self.task in AGREEMENT_CLASSES:
+            return f"k={self.k},rho={self.redundancy:g}"
+        return f"k={self.k}"
 
     @property
     def level(self) -> int:
@@ -134,15 +141,19 @@ def task_seed(seed: int, *parts) -> int:
     return int(np.random.SeedSequence([int(seed), *words]).generate_state(1)[0])
 
 
-def content_map(cfg: TaskConfig, seed: int) -> np.ndarray:
-    """Word id → class (0/1), balanced inside every category; the same for every split (it is the task)."""
+def content_map(cfg: TaskConfig, seed: int, classes: int = 2) -> np.ndarray:
+    """Word id → class (0 … classes − 1), balanced inside every category (each category's words shuffled
+    and cut into ``classes`` runs of W // classes, the remainder to class 0); the same for every split
+    (it is the task).  Two classes give the map runs before the four-class one held (its own seed)."""
     W = cfg.words_per_category
-    rng = np.random.default_rng(task_seed(seed, "content_map"))
+    if not 2 <= classes <= W:
+        raise ValueError(f"a content map takes 2 to words_per_category ({W}) classes, got {classes}")
+    rng = np.random.default_rng(task_seed(seed, "content_map" if classes == 2 else f"content_map{classes}"))
     labels = np.zeros(1 + 4 * W, dtype=np.int64)
     for c in range(len(CATEGORIES)):
-        half = np.zeros(W, dtype=np.int64)
-        half[rng.permutation(W)[: W // 2]] = 1
-        labels[1 + c * W: 1 + (c + 1) * W] = half
+        rank = np.empty(W, dtype=np.int64)
+        rank[rng.permutation(W)] = np.arange(W)
+        labels[1 + c * W: 1 + (c + 1) * W] = classes - 1 - np.minimum(rank // (W // classes), classes - 1)
     return labels
 
 
@@ -186,6 +197,20 @@ def grammar_stream(cfg: TaskConfig, n: int, rng: np.random.Generator) -> np.ndar
     return np.take_along_axis(words, start + np.arange(T)[None, :], axis=1)
 
 
+def agreement_stream(cfg: TaskConfig, redundancy: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, T) rows, each from the templates with probability ``redundancy`` and independent otherwise; at
+    0 and 1 only the one stream is drawn."""
+    if not 0 <= redundancy <= 1:
+        raise ValueError(f"redundancy must be in [0, 1], got {redundancy}")
+    check_words(cfg, redundancy)
+    if redundancy == 0:
+        return independent_stream(cfg, n, rng)
+    if redundancy == 1:
+        return grammar_stream(cfg, n, rng)
+    templated = rng.random(n) < redundancy
+    return np.where(templated[:, None], grammar_stream(cfg, n, rng), independent_stream(cfg, n, rng))
+
+
 def lagged_targets(labels: np.ndarray, k: int, scored: np.ndarray) -> np.ndarray:
     """targets[:, t] = labels[:, t − k] where t ≥ k and ``scored[:, t − k]``; IGNORE elsewhere."""
     out = np.full(labels.shape, IGNORE, dtype=np.int64)
@@ -200,16 +225,14 @@ def make_data(d: Difficulty, cfg: TaskConfig, seed: int, split: str) -> TaskData
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     n = {"train": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test}[split]
     rng = np.random.default_rng(task_seed(seed, d.task, d.label, split))
-    if d.task in ("agree_structure", "agree_content"):
-        # The two variants draw the very same sequences: the stream's seed does not name the variant.
+    if d.task in AGREEMENT_CLASSES:
+        # The variants draw the very same sequences: the stream's seed does not name the variant.
         rng = np.random.default_rng(task_seed(seed, "agree", d.label, split))
-        tokens = (independent_stream if cfg.structure == "independent" else grammar_stream)(cfg, n, rng)
+        tokens = agreement_stream(cfg, d.redundancy, n, rng)
         W = cfg.words_per_category
         cats = category_of(tokens, W)
-        if d.task == "agree_structure":
-            labels, n_classes = np.maximum(cats, 0), len(CATEGORIES)
-        else:
-            labels, n_classes = content_map(cfg, seed)[tokens], 2
+        n_classes = AGREEMENT_CLASSES[d.task]
+        labels = np.maximum(cats, 0) if d.task == "agree_structure" else content_map(cfg, seed, n_classes)[tokens]
         targets = lagged_targets(labels, d.k, cats >= 0)
         vocab = 1 + 4 * W
     elif d.task == "lag_identity":
@@ -217,7 +240,7 @@ def make_data(d: Difficulty, cfg: TaskConfig, seed: int, split: str) -> TaskData
         targets = lagged_targets(tokens, d.k, np.ones_like(tokens, dtype=bool))
         vocab = n_classes = cfg.lag_vocab
     elif d.task == "mqar":
-        tokens, targets = _mqar(cfg.mqar_vocab, d.pairs, d.seq_len, n, rng)
+        tokens, targets, _, _ = mqar_rows(cfg.mqar_vocab, d.pairs, d.seq_len, n, rng)
         vocab, n_classes = cfg.mqar_vocab, cfg.mqar_vocab // 2
     else:
         raise ValueError(f"unknown task {d.task!r}; tasks: {', '.join(TASKS)}")
@@ -254,7 +277,7 @@ def _distinct(rng: np.random.Generator, n: int, population: int, size: int) -> n
     return np.take_along_axis(chosen, np.argsort(rng.random((n, size)), axis=1), axis=1)
 
 
-def _mqar(V: int, pairs: int, T: int, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def mqar_rows(V: int, pairs: int, T: int, n: int, rng: np.random.Generator):
     """Zoology's multi-query associative recall (``multiquery_ar``, arXiv 2312.04927), with the block moved.
 
     Each row holds ``pairs`` distinct keys (tokens 1 … V/2 − 1) each followed by its value (distinct
@@ -262,7 +285,10 @@ def _mqar(V: int, pairs: int, T: int, n: int, rng: np.random.Generator) -> tuple
     instead of at 0.  Each key is queried once, at an even slot after the block, the slots drawn with
     zoology's power law (:data:`MQAR_POWER_A`) over the free slots; the target at a query is its
     value's class (value − V/2).  Every other position holds a random token of the vocabulary that is
-    not one of the row's keys, so a key occurs exactly twice: bound, then queried."""
+    not one of the row's keys, so a key occurs exactly twice: bound, then queried.
+
+    Returns (tokens, targets, offset (n, 1): where each row's block starts, queries (n, pairs): where
+    the j-th key of the block is queried)."""
     refusal = _mqar_refusal(pairs, T, V)
     if refusal:
         raise ValueError(refusal)
@@ -293,7 +319,7 @@ def _mqar(V: int, pairs: int, T: int, n: int, rng: np.random.Generator) -> tuple
     np.put_along_axis(tokens, queries, keys, axis=1)
     targets = np.full((n, T), IGNORE, dtype=np.int64)
     np.put_along_axis(targets, queries, values - half, axis=1)
-    return tokens, targets
+    return tokens, targets, offset, queries
 
 
 def chance(train: TaskData, test: TaskData) -> float:
@@ -315,20 +341,17 @@ def exclusion_floor(d: Difficulty, cfg: TaskConfig, seed: int) -> float:
 
     Agreement and lag tasks: measured, by :func:`count_table_accuracy` over the positions within
     radius r of t − k on both sides (those the model at t can see: ≤ t), r of :data:`FLOOR_RADII`
-    chosen on dev.  Under the independent structure and in the lag stream it comes out at chance
-    (nothing else says what stood at t − k); under the templates, well above it.  MQAR: what a model
-    that saw everything but the queried key's value can reach, 1 / (V/2 − pairs + 1), analytic: the
-    row's other values are distinct from it, and it is uniform over the rest."""
-    if d.task == "mqar":
-        refusal = _mqar_refusal(d.pairs, d.seq_len, cfg.mqar_vocab)
-        if refusal:
-            raise ValueError(refusal)
-        return 1.0 / (cfg.mqar_vocab // 2 - d.pairs + 1)
+    chosen on dev.  In the independent stream (ρ = 0) and in the lag stream it comes out at chance
+    (nothing else says what stood at t − k); it rises with ρ for the category.  MQAR: the best rule
+    that binds no key to its value (:func:`mqar_no_binding_accuracy`), measured likewise: runs
+    before it stored 1 / (V/2 − pairs + 1), what a model that knew nothing of the row's order gets."""
     return _measured_floor(d, cfg, seed)
 
 
 @functools.lru_cache(maxsize=256)  # the same for every mixer of a (difficulty, seed): one fit per process
 def _measured_floor(d: Difficulty, cfg: TaskConfig, seed: int) -> float:
+    if d.task == "mqar":
+        return mqar_no_binding_accuracy(d, cfg, seed)
     radii = [tuple(range(-r, 0)) + tuple(range(1, r + 1)) for r in FLOOR_RADII]
     return count_table_accuracy(d, cfg, seed, radii)
 
@@ -343,7 +366,7 @@ def count_table_accuracy(d: Difficulty, cfg: TaskConfig, seed: int, contexts: Se
     for lag_identity.  Each table is fitted on train (the most frequent label of each context seen);
     a context unseen in train backs off to the previous table of the chain, the first of which should
     be ``()`` (the training majority).  The table scored on test is the one best on dev."""
-    if d.task not in ("agree_structure", "agree_content", "lag_identity"):
+    if d.task not in (*AGREEMENT_CLASSES, "lag_identity"):
         raise ValueError(f"count tables read the agreement and lag tasks, not {d.task!r}")
     if any(0 in c for c in contexts):
         raise ValueError("a context may not read position t − k itself (offset 0)")
@@ -363,26 +386,41 @@ def count_table_accuracy(d: Difficulty, cfg: TaskConfig, seed: int, contexts: Se
         ts.append(t)
         ys.append(s.targets.numpy()[r, t])
         part.append(np.full(len(r), i))
-    span = [len(r) for r in rows]
-    bounds = np.cumsum([0, *span])
     y, which = np.concatenate(ys), np.concatenate(part)
-    n_classes = split_data[0].n_classes
     T = split_data[0].tokens.shape[1]
+
+    def codes():
+        for offsets in contexts:
+            code = np.zeros(len(y), dtype=np.int64)
+            for o in offsets:
+                col = []
+                for i, sym in enumerate(read):
+                    p = ts[i] - d.k + o
+                    ok = (p >= 0) & (p <= ts[i])
+                    col.append(np.where(ok, sym[rows[i], np.clip(p, 0, T - 1)], outside))
+                code = code * base + np.concatenate(col)
+                if code.max() > 2 ** 40:  # kept dense, so that no chain of offsets overflows
+                    code = _dense(code)
+            yield code
+
+    return best_table_accuracy(codes(), y, which, split_data[0].n_classes)
+
+
+def _dense(code: np.ndarray) -> np.ndarray:
+    return np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def best_table_accuracy(codes: Iterable[np.ndarray], y: np.ndarray, which: np.ndarray, n_classes: int) -> float:
+    """Test accuracy of the best of a chain of count tables, each keyed by one of ``codes`` (a context's
+    code at every position of the three splits; ``which`` names the split, 0 train, 1 dev, 2 test):
+    each table names the label most frequent with its context on train (ties to the smaller label),
+    a context unseen in train backs off to the previous table of the chain, and the table best on dev
+    (a tie keeps the earlier, smaller context) is scored on test."""
+    train, dev, test = (which == i for i in range(3))
     best_on_dev, best_acc = -1.0, math.nan
     previous = None
-    for offsets in contexts:
-        code = np.zeros(len(y), dtype=np.int64)
-        for o in offsets:
-            col = []
-            for i, sym in enumerate(read):
-                p = ts[i] - d.k + o
-                ok = (p >= 0) & (p <= ts[i])
-                col.append(np.where(ok, sym[rows[i], np.clip(p, 0, T - 1)], outside))
-            code = code * base + np.concatenate(col)
-            if code.max() > 2 ** 40:  # kept dense, so that no chain of offsets overflows
-                code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        train = which == 0
+    for code in codes:
+        code = _dense(code)
         joint, counts = np.unique(code[train] * n_classes + y[train], return_counts=True)
         ctx, lab = joint // n_classes, joint % n_classes
         order = np.lexsort((lab, -counts, ctx))  # per context: most frequent label first, ties to the smaller
@@ -394,10 +432,58 @@ def count_table_accuracy(d: Difficulty, cfg: TaskConfig, seed: int, contexts: Se
             pred = np.where(pred >= 0, pred, previous)
         previous = pred
         right = pred == y
-        dev = float(right[bounds[1]: bounds[2]].mean()) if span[1] else math.nan
-        if dev > best_on_dev:  # a tie keeps the smaller context
-            best_on_dev, best_acc = dev, float(right[bounds[2]:].mean()) if span[2] else math.nan
+        on_dev = float(right[dev].mean()) if dev.any() else math.nan
+        if on_dev > best_on_dev:
+            best_on_dev, best_acc = on_dev, float(right[test].mean()) if test.any() else math.nan
     return best_acc
+
+
+# The no-binding floor's contexts: what a model may read at a query without binding its key to a value,
+# as columns of :func:`mqar_no_binding_accuracy` (its query's rank among the row's queries so far, and
+# its slot after the block), alone and together; the first, (), names the most frequent block rank.
+MQAR_FLOOR_CONTEXTS = ((), ("rank",), ("slot",), ("rank", "slot"))
+
+
+def mqar_no_binding_accuracy(d: Difficulty, cfg: TaskConfig, seed: int,
+                             contexts: Sequence[Sequence[str]] = MQAR_FLOOR_CONTEXTS) -> float:
+    """MQAR's floor that knows the task: the best test accuracy of a rule that never binds a key to its value.
+
+    Such a rule can still see the block (which tokens are the row's values, and in what order), which
+    of the queries this is (``rank``: how many queries came before it; queries are told apart from
+    fillers by their key having occurred) and where it stands after the block (``slot``).  Zoology's
+    draw makes these worth something: the j-th key of the block is queried at the j-th slot drawn,
+    and the power law draws early slots first, so the first query often asks for the first pair.
+    Each rule is a count table from a context to the block rank of the answer (the value at that rank
+    is named), fitted on train, chosen on dev, scored on test (:func:`best_table_accuracy`).  A guess
+    among the row's values is the table of the empty context: about 1 / pairs."""
+    refusal = _mqar_refusal(d.pairs, d.seq_len, cfg.mqar_vocab)
+    if refusal:
+        raise ValueError(refusal)
+    columns: dict[str, list[np.ndarray]] = {"rank": [], "slot": []}
+    ys, part = [], []
+    n_split = {"train": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test}
+    for i, split in enumerate(SPLITS):
+        # The very rows make_data draws: the same generator, seeded alike.
+        rng = np.random.default_rng(task_seed(seed, d.task, d.label, split))
+        _, _, offset, queries = mqar_rows(cfg.mqar_vocab, d.pairs, d.seq_len, n_split[split], rng)
+        columns["rank"].append(np.argsort(np.argsort(queries, axis=1), axis=1).ravel())
+        columns["slot"].append(((queries - offset - 2 * d.pairs) // 2).ravel())
+        ys.append(np.tile(np.arange(d.pairs), len(queries)))  # the answer's block rank: key j's value is the j-th
+        part.append(np.full(queries.size, i))
+    read = {name: np.concatenate(c) for name, c in columns.items()}
+    y = np.concatenate(ys)
+    bound = d.seq_len + 1  # every column is below T
+
+    def codes():
+        for names in contexts:
+            if unknown := [n for n in names if n not in read]:
+                raise ValueError(f"the no-binding floor reads {', '.join(read)}, not {', '.join(unknown)}")
+            code = np.zeros(len(y), dtype=np.int64)
+            for name in names:
+                code = code * bound + read[name]
+            yield code
+
+    return best_table_accuracy(codes(), y, np.concatenate(part), d.pairs)
 
 
 def accuracy(model: torch.nn.Module, data: TaskData, batch: int = 256) -> float:

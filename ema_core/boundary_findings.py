@@ -25,8 +25,9 @@ from ema_core.verdicts import (RULE_AS_TEST, SANITY_WORDS, VERDICT_K, VERDICT_MI
                                finite, judge, not_judged, records, spread, t_threshold)
 
 # The study's tasks, declared here (ema_core.boundary, which builds them, reads this): structure,
-# then content, at a distance; associative recall; identity at a lag.
-TASKS = ("agree_structure", "agree_content", "mqar", "lag_identity")
+# then content (a two-way and a four-way map of the word), at a distance; associative recall;
+# identity at a lag.
+TASKS = ("agree_structure", "agree_content", "agree_content4", "mqar", "lag_identity")
 TaskName = Literal[TASKS]  # a setting that names a task takes one of these (the boundary config's ``tasks``)
 TASK_ORDER = TASKS
 # The paper's argued order, weakest first: EMA < fixed-decay linear attention (key-value binding) <

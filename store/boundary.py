@@ -18,15 +18,17 @@ from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, registe
 def boundary_accuracy(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
     """Every cell's accuracy: run_id, seed (the cell's: a run holds several), run_seed (the run's, its
     first), mixer, task, difficulty, level, seq_len, accuracy (test), dev_accuracy, chance,
-    exclusion_floor (the best accuracy without position t − k; null on runs stored before it), d (the
-    cell's model width; null likewise), lr (chosen on dev), train_loss, state_floats, params.
+    exclusion_floor (the best accuracy without position t − k, or MQAR's best without binding; null
+    on runs stored before it), d (the cell's model width; null likewise), redundancy (ρ, the agreement
+    tasks' share of template rows; null for the other tasks and on runs stored before it), lr (chosen
+    on dev), train_loss, state_floats, params.
 
     Mixers in the hierarchy's order (a researcher's own after them, by name), tasks in the
     study's order, then by level (k, or MQAR's pairs), MQAR's length, seed and run.
     """
     return query_frame(
         f"""SELECT t.run_id, t.seed, r.seed AS run_seed, t.mixer, t.task, t.difficulty, t.level, t.seq_len,
-                   t.accuracy, t.dev_accuracy, t.chance, t.exclusion_floor, t.d, t.lr, t.train_loss,
+                   t.accuracy, t.dev_accuracy, t.chance, t.exclusion_floor, t.d, t.redundancy, t.lr, t.train_loss,
                    t.state_floats, t.params
             FROM boundary_accuracy t JOIN runs r USING (run_id)
             WHERE {RUN_FILTER.format(col='t.run_id')}
@@ -91,7 +93,8 @@ def recall_figures(rows: pd.DataFrame) -> list:
 # Keyed by the cell (level, seq_len, state_floats and params follow from it: kept as columns, never
 # averaged); the rows carry their own seeds, in the order of the query above.
 register_run_table("boundary_accuracy", RunTable(
-    boundary_accuracy, ("mixer", "task", "difficulty", "level", "seq_len", "d", "state_floats", "params"),
+    boundary_accuracy, ("mixer", "task", "difficulty", "level", "seq_len", "d", "redundancy", "state_floats",
+                        "params"),
     ("accuracy", "dev_accuracy", "chance", "exclusion_floor", "lr", "train_loss"), seeds_in_rows=True,
     ordered=True))
 register_run_table("boundary_dev_curve", RunTable(
@@ -101,7 +104,8 @@ register_run_table("boundary_recall_state", RunTable(
     boundary_recall_state, ("mixer", "difficulty", "d", "state_floats", "params"),
     ("accuracy", "dev_accuracy", "chance", "lr"), seeds_in_rows=True, ordered=True))
 export.register_table("boundary_accuracy", "test accuracy of every context mixer per task and difficulty, "
-                                           "with chance, the exclusion floor and the learning rate chosen on dev",
+                                           "with chance, the exclusion floor, the redundancy ρ, the state floats "
+                                           "and the learning rate chosen on dev",
                       figures=run_figures)
 export.register_table("boundary_dev_curve", "dev accuracy of every learning rate of every cell at every evaluation")
 export.register_table("boundary_recall_state", "MQAR test accuracy against the state a mixer keeps, at several "

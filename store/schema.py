@@ -222,8 +222,15 @@ M006_DEPTH = Migration(6, "m006_depth", (
     )""",
 ))
 
+# The boundary map's redundancy dial: each agreement cell's ρ, the share of its rows drawn from the
+# sentence templates (its difficulty names it too, "k=16,rho=0.5"); null for the tasks without one
+# (MQAR, the lag task) and for rows of runs stored before it (their ρ is their config's structure).
+M007_BOUNDARY_REDUNDANCY = Migration(7, "m007_boundary_redundancy", (
+    "ALTER TABLE boundary_accuracy ADD COLUMN redundancy DOUBLE",
+))
+
 MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES,
-                                     M005_RUN_NOTES, M006_DEPTH)
+                                     M005_RUN_NOTES, M006_DEPTH, M007_BOUNDARY_REDUNDANCY)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
@@ -247,7 +254,7 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                           Column("chance", float, False), Column("lr", float, False),
                           Column("train_loss", float, False), Column("state_floats", int, False),
                           Column("params", int, False), Column("exclusion_floor", float, False),
-                          Column("d", int, False)),
+                          Column("d", int, False), Column("redundancy", float, False)),
     "boundary_dev_curve": (Column("mixer", str, True), Column("task", str, True), Column("difficulty", str, True),
                            Column("seed", int, True), Column("d", int, True), Column("lr", float, True),
                            Column("step", int, True), Column("dev_accuracy", float, False)),

@@ -30,7 +30,7 @@ TINY = {"mixers": "window_k,ema,softmax", "distances": "1,3", "mqar_pairs": "2,4
         "data.seq_len": 16, "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "data.mqar_vocab": 32,
         "train.steps": 6, "train.lrs": "0.01,0.003", "train.choose_at": 0.5, "train.eval_every": 2,
         "model.d": 16, "recall_widths": "8,16", "seeds": 2}
-MAP_CELLS = 3 * (2 + 2 + 2 + 2)  # per seed: mixers × (3 tasks × 2 distances + 2 MQAR sizes)
+MAP_CELLS = 3 * (4 * 2 + 2)  # per seed: mixers × (4 tasks × 2 distances at one ρ + 2 MQAR sizes)
 
 
 def test_bad_settings_are_refused_naming_the_setting():
@@ -52,6 +52,10 @@ def test_bad_settings_are_refused_naming_the_setting():
         ({"model.conv": 9}, "model.conv"),
         ({"train.choose_at": 0.25}, "train.choose_at"),
         ({"recall_widths": "16,30"}, "recall_widths: every width must be a multiple of 4"),
+        ({"redundancy": "0,1.5"}, "redundancy: every ρ must be in [0, 1]"),
+        ({"redundancy": "0.5,0.5"}, "redundancy: 0.5 given more than once"),
+        ({"data.words_per_category": 8}, "data.words_per_category: a redundancy below 1 (independent rows) needs "
+                                         "at least 16"),
     ):
         with pytest.raises(ValueError) as err:
             build_config("boundary", overrides=overrides)
@@ -71,16 +75,25 @@ def test_a_stored_config_of_an_older_run_reads_as_it_ran():
 
     today = build_config("boundary", overrides=TINY).model_dump(mode="json")
     older = json.loads(json.dumps(today))
-    del older["model"]["conv"], older["data"]["structure"], older["data"]["mqar_vocab"], older["recall_widths"]
+    del older["model"]["conv"], older["redundancy"], older["data"]["mqar_vocab"], older["recall_widths"]
     del older["model"]["heads"]
     del older["train"]["mqar_steps"], older["train"]["eval_every"], older["model"]["mlp"]  # defaults: as older runs
     older["data"]["mqar_keys"] = 16
     cfg = boundary_experiment.BoundaryConfig.model_validate(current_config("boundary", older))
-    assert cfg.model.conv == 0 and cfg.data.structure == "templates" and cfg.recall_widths == ()
+    assert cfg.model.conv == 0 and cfg.redundancy == (1.0,) and cfg.recall_widths == ()
     assert cfg.model.heads == 4 and cfg.model.mlp == 4  # four softmax heads, an MLP of 4·d
     assert cfg.data.mqar_vocab == 34 and boundary_experiment.mqar_keys(cfg.data) == 16
     assert len(cells(cfg)) == 2 * MAP_CELLS
     assert current_config("boundary", today) == today  # a config of today passes as it is
+    # A run made while the structure was a setting ran at one ρ: independent 0, templates 1.
+    for structure, rho in (("independent", 0.0), ("templates", 1.0)):
+        between = json.loads(json.dumps(today))
+        del between["redundancy"]
+        between["data"]["structure"] = structure
+        cfg = boundary_experiment.BoundaryConfig.model_validate(current_config("boundary", between))
+        assert cfg.redundancy == (rho,) and "structure" not in cfg.data.model_dump()
+    # At ρ = 1 alone the templates take fewer words, as the structure setting allowed
+    assert build_config("boundary", overrides={"redundancy": "1", "data.words_per_category": 8})
 
 
 @pytest.mark.parametrize("value,says", [
@@ -156,8 +169,8 @@ def test_a_run_scores_every_cell_with_a_rate_chosen_on_dev(tiny_run):
     # key/value cache (2·T·d)
     assert s["state_floats"]["ema"] == 2 * (2 * 16 + 16) and s["state_floats"]["softmax"] == 2 * (2 * 16 + 2 * 16 * 16)
     mean_ema_k1 = np.mean([r["accuracy"] for r in rows if (r["mixer"], r["task"], r["difficulty"]) ==
-                           ("ema", "agree_content", "k=1")])
-    assert s["map"]["ema"]["agree_content"]["k=1"] == pytest.approx(mean_ema_k1)
+                           ("ema", "agree_content", "k=1,rho=0")])
+    assert s["map"]["ema"]["agree_content"]["k=1,rho=0"] == pytest.approx(mean_ema_k1)
 
 
 def test_the_dev_curve_holds_every_rate_and_the_rate_is_chosen_on_dev_no_earlier_than_half_way(tiny_run):
@@ -437,7 +450,7 @@ def test_cli_run_prints_the_map_as_json(tmp_path, monkeypatch):
     obj = json.loads(out.stdout)
     assert obj["state"] == "done" and obj["cells"] == 2 * MAP_CELLS and obj["seconds"] > 0
     assert set(obj["map"]["softmax"]) == set(TASKS)
-    assert set(obj["map"]["softmax"]["agree_structure"]) == {"k=1", "k=3"}
+    assert set(obj["map"]["softmax"]["agree_structure"]) == {"k=1,rho=0", "k=3,rho=0"}
     assert set(obj["chance"]) == set(TASKS) and set(obj["state_floats"]) == {"window_k", "ema", "softmax"}
     assert set(obj["recall_vs_state"]) == {"window_k", "ema", "softmax"}
 

@@ -26,7 +26,8 @@ TINY = {"mixers": "window_k,ema", "distances": "1,2", "mqar_pairs": "2", "mqar_l
         "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "data.mqar_vocab": 32, "train.steps": 3,
         "train.lrs": "0.01", "train.eval_every": 2, "model.d": 16, "recall_widths": "8,16", "seeds": 2}
 COLUMNS = ["run_id", "seed", "run_seed", "mixer", "task", "difficulty", "level", "seq_len", "accuracy",
-           "dev_accuracy", "chance", "exclusion_floor", "d", "lr", "train_loss", "state_floats", "params"]
+           "dev_accuracy", "chance", "exclusion_floor", "d", "redundancy", "lr", "train_loss", "state_floats", "params"]
+ROWS = 2 * 2 * (4 * 2 + 1)  # mixers × seeds × (3 agreement tasks and the lag task × 2 distances + 1 MQAR size)
 CELL = ["mixer", "task", "difficulty", "seed"]
 
 
@@ -68,17 +69,19 @@ def test_a_real_run_goes_in_and_comes_back(home, tiny):
     df = boundary_accuracy()
     assert list(df.columns) == COLUMNS
     rows = result["tables"]["boundary_accuracy"]
-    assert len(rows) == len(df) == 2 * 2 * (3 * 2 + 1)  # seeds × mixers × (3 tasks × 2 distances + 1 MQAR size)
+    assert len(rows) == len(df) == ROWS
     assert set(df["run_id"]) == {rd.run_id} and set(df["run_seed"]) == {0} and sorted(set(df["seed"])) == [0, 1]
     stored = {tuple(r[c] for c in CELL): r for r in df.to_dict("records")}
     for r in rows:  # every number as the run wrote it
         got = stored[tuple(r[c] for c in CELL)]
-        assert {c: got[c] for c in r} == r
+        # a value the run wrote as null (the redundancy of a task without one) comes back missing
+        assert {c: None if isinstance(got[c], float) and math.isnan(got[c]) else got[c] for c in r} == r
     # The hierarchy's order (window before EMA), then the study's task order, distance, seed.
-    assert df["mixer"].tolist() == ["window_k"] * 14 + ["ema"] * 14
+    assert df["mixer"].tolist() == ["window_k"] * (ROWS // 2) + ["ema"] * (ROWS // 2)
     window = df[df["mixer"] == "window_k"]
-    assert window["task"].tolist()[::4][:3] == ["agree_structure", "agree_content", "mqar"]
-    assert window[["difficulty", "seed"]].values.tolist()[:4] == [["k=1", 0], ["k=1", 1], ["k=2", 0], ["k=2", 1]]
+    assert window["task"].tolist()[::4][:4] == ["agree_structure", "agree_content", "agree_content4", "mqar"]
+    assert window[["difficulty", "seed"]].values.tolist()[:4] == [["k=1,rho=0", 0], ["k=1,rho=0", 1],
+                                                                  ["k=2,rho=0", 0], ["k=2,rho=0", 1]]
     assert boundary_accuracy([rd.run_id]).equals(df) and boundary_accuracy([]).empty
     assert list_runs(kind=KIND)["run_id"].tolist() == [rd.run_id]
     # Every rate's dev curve (each cell evaluated at step 2 and at its end, 3), and recall against state.
@@ -91,7 +94,7 @@ def test_a_real_run_goes_in_and_comes_back(home, tiny):
         for r in written:
             assert {c: back[tuple(r[c] for c in key)][c] for c in r} == r
     curve = boundary_dev_curve()
-    assert len(curve) == 2 * (2 * 7 + 1) * 2 and sorted(set(curve["step"])) == [2, 3]  # + EMA at width 8
+    assert len(curve) == 2 * (2 * 9 + 1) * 2 and sorted(set(curve["step"])) == [2, 3]  # + EMA at width 8
     recall = boundary_recall_state()
     assert sorted(set(zip(recall["mixer"], recall["d"]))) == [("ema", 8), ("ema", 16), ("window_k", 16)]
 
@@ -118,7 +121,7 @@ def test_rows_sort_by_the_hierarchy_not_the_alphabet(home):
     (lambda r: r.update(seed=1.5), r"tables.boundary_accuracy\[3\].seed must be a whole number, got 1.5"),
     (lambda r: r.update(level="k=2"), r"tables.boundary_accuracy\[3\].level must be a number"),
     (lambda r: r.update(acuracy=0.5), r"tables.boundary_accuracy\[3\] has unknown column\(s\) \['acuracy'\]"),
-    (lambda r: r.update(seed=0, mixer="window_k", task="agree_structure", difficulty="k=1"),
+    (lambda r: r.update(seed=0, mixer="window_k", task="agree_structure", difficulty="k=1,rho=0"),
      r"tables.boundary_accuracy\[3\] repeats the key"),
 ])
 def test_a_damaged_row_is_refused_naming_its_column(home, tiny, damage, message):
@@ -134,7 +137,7 @@ def test_a_damaged_row_is_refused_naming_its_column(home, tiny, damage, message)
     assert list_runs(kind=KIND)["status"].tolist() == ["done"]  # the run itself is in; its rows are not
     # Mended, the next ingest takes the rows.
     rd.write_result(copy.deepcopy(result))
-    assert ingest()["errors"] == [] and len(boundary_accuracy()) == 28
+    assert ingest()["errors"] == [] and len(boundary_accuracy()) == ROWS
 
 
 def test_grouped_exports_spread_over_the_seeds_of_one_run(home, tiny):
@@ -147,14 +150,15 @@ def test_grouped_exports_spread_over_the_seeds_of_one_run(home, tiny):
 
     g = pd.read_csv(io.StringIO(render_table("boundary_accuracy", "csv", grouped=True)))
     assert list(g.columns) == ["config_id", "kind", "mixer", "task", "difficulty", "level", "seq_len", "d",
-                               "state_floats", "params", "runs", "n", "seeds", "accuracy_mean", "accuracy_std",
+                               "redundancy", "state_floats", "params", "runs", "n", "seeds", "accuracy_mean", "accuracy_std",
                                "dev_accuracy_mean", "dev_accuracy_std", "chance_mean", "chance_std",
                                "exclusion_floor_mean", "exclusion_floor_std", "lr_mean", "lr_std",
                                "train_loss_mean", "train_loss_std"]
-    assert len(g) == 14 and (g["runs"] == 1).all() and (g["n"] == 2).all() and (g["seeds"] == "0,1").all()
+    assert len(g) == 18 and (g["runs"] == 1).all() and (g["n"] == 2).all() and (g["seeds"] == "0,1").all()
     # In the study's order: the window's cells first, distances 1 then 2, MQAR after the agreement tasks.
-    assert g["mixer"].tolist() == ["window_k"] * 7 + ["ema"] * 7
-    assert g["difficulty"].tolist()[:7] == ["k=1", "k=2", "k=1", "k=2", "pairs=2,T=16", "k=1", "k=2"]
+    assert g["mixer"].tolist() == ["window_k"] * 9 + ["ema"] * 9
+    assert g["difficulty"].tolist()[:9] == ["k=1,rho=0", "k=2,rho=0"] * 3 + ["pairs=2,T=16", "k=1", "k=2"]
+    assert g["redundancy"].iloc[:9].isna().tolist() == [False] * 6 + [True] * 3 and (g["redundancy"].iloc[:6] == 0).all()
     for r in g.itertuples():
         cell = rows[(rows.mixer == r.mixer) & (rows.task == r.task) & (rows.difficulty == r.difficulty)]
         accs = cell["accuracy"].tolist()
@@ -174,7 +178,7 @@ def test_grouped_exports_spread_over_the_seeds_of_one_run(home, tiny):
     assert "from 1 run; seeds 0, 1." in tex and r"\label{tab:boundary_accuracy_grouped}" in tex
     # Not grouped: one row per cell and seed, the caption counting the run's seeds.
     flat = pd.read_csv(export_table("boundary_accuracy", "csv"))
-    assert len(flat) == 28 and list(flat.columns)[:3] == ["run_id", "seed", "run_seed"]
+    assert len(flat) == ROWS and list(flat.columns)[:3] == ["run_id", "seed", "run_seed"]
     assert "from 1 run; seeds 0, 1." in render_table("boundary_accuracy", "latex")
 
 
@@ -214,7 +218,7 @@ def test_a_seed_two_runs_of_one_config_both_hold_counts_once(home):
 
 def _older_boundary_result(result: dict) -> dict:
     """``result`` as a run made before the exclusion floor, the dev curve and recall against state wrote it."""
-    rows = [{k: v for k, v in r.items() if k not in ("exclusion_floor", "d")}
+    rows = [{k: v for k, v in r.items() if k not in ("exclusion_floor", "d", "redundancy")}
             for r in result["tables"]["boundary_accuracy"]]
     return {"summary": {"cells": len(rows)}, "tables": {"boundary_accuracy": rows}}
 
@@ -226,7 +230,7 @@ def test_a_version_2_store_migrates_to_3_keeping_its_rows(home, monkeypatch, tin
     cfg, events, result = tiny
     older = _older_boundary_result(result)
     old = write_run(cfg, events, older, seed=5)
-    new_columns = {"exclusion_floor", "d"}
+    new_columns = {"exclusion_floor", "d", "redundancy"}
     with monkeypatch.context() as release_2:
         # The store as the release before this migration wrote it: two migrations, the map's first form.
         release_2.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
@@ -240,7 +244,7 @@ def test_a_version_2_store_migrates_to_3_keeping_its_rows(home, monkeypatch, tin
         assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (2,)
         names = {r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         assert "boundary_accuracy" in names and "boundary_dev_curve" not in names
-        assert conn.execute("SELECT count(*) FROM boundary_accuracy").fetchone() == (28,)
+        assert conn.execute("SELECT count(*) FROM boundary_accuracy").fetchone() == (ROWS,)
     finally:
         conn.close()
 
@@ -253,13 +257,13 @@ def test_a_version_2_store_migrates_to_3_keeping_its_rows(home, monkeypatch, tin
     assert report["ok"] and report["schema_version"] == schema.MIGRATIONS[-1].version
     assert report["tables"]["boundary_dev_curve"] == report["tables"]["boundary_recall_state"] == 0
     df = boundary_accuracy([old.run_id])
-    assert len(df) == 28 and df["exclusion_floor"].isna().all() and df["d"].isna().all()
+    assert len(df) == ROWS and df["exclusion_floor"].isna().all() and df["d"].isna().all()
     assert boundary_dev_curve([old.run_id]).empty and boundary_recall_state([old.run_id]).empty
     # Today's run beside it; an older run's result, ingested only now, goes in as the older did.
     new = write_run(cfg, events, result, seed=0)
     late = write_run({**cfg, "steps_note": 1}, events, older, seed=7)
     assert ingest()["errors"] == []
-    assert len(boundary_accuracy([new.run_id])) == 28 and boundary_accuracy([new.run_id])["d"].eq(16).all()
+    assert len(boundary_accuracy([new.run_id])) == ROWS and boundary_accuracy([new.run_id])["d"].eq(16).all()
     assert len(boundary_dev_curve([new.run_id])) == len(result["tables"]["boundary_dev_curve"])
-    assert len(boundary_accuracy([late.run_id])) == 28 and boundary_dev_curve([late.run_id]).empty
+    assert len(boundary_accuracy([late.run_id])) == ROWS and boundary_dev_curve([late.run_id]).empty
     assert sorted(list_runs(kind=KIND)["run_id"]) == sorted([old.run_id, new.run_id, late.run_id])

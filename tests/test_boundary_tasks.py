@@ -8,23 +8,25 @@ import torch
 from pydantic import ValidationError
 
 from ema_core.boundary import (CATEGORIES, IGNORE, MQAR_POWER_A, STOP, Difficulty, TaskConfig, category_of, chance,
-                               content_map, count_table_accuracy, exclusion_floor, make_data, mqar_fits)
+                               content_map, count_table_accuracy, exclusion_floor, make_data, mqar_fits,
+                               mqar_no_binding_accuracy, task_seed)
 
 SMALL = TaskConfig(seq_len=24, lag_vocab=16, mqar_vocab=64, n_train=64, n_dev=16, n_test=32)
-GRAMMAR = SMALL.model_copy(update={"structure": "templates", "words_per_category": 8})
+GRAMMAR = SMALL.model_copy(update={"words_per_category": 8})  # the templates (ρ = 1) take fewer words
 # Enough positions for a count table to tell 0.25 from 0.45 (the floors' tests).
 FLOORED = TaskConfig(seq_len=32, n_train=2048, n_dev=256, n_test=512)
-FLOORED_GRAMMAR = FLOORED.model_copy(update={"structure": "templates"})
+# ρ of each config above when a test reads it as a stream: SMALL and FLOORED independent, GRAMMAR templates.
+RHO = {id(SMALL): 0.0, id(GRAMMAR): 1.0, id(FLOORED): 0.0}
 
 
-def agree(task: str, k: int, cfg: TaskConfig = SMALL) -> Difficulty:
-    return Difficulty(task, k=k, seq_len=cfg.seq_len)
+def agree(task: str, k: int, cfg: TaskConfig = SMALL, rho: float | None = None) -> Difficulty:
+    return Difficulty(task, k=k, seq_len=cfg.seq_len, redundancy=RHO[id(cfg)] if rho is None else rho)
 
 
 @pytest.mark.parametrize("cfg", [SMALL, GRAMMAR], ids=["independent", "templates"])
 def test_every_task_is_a_pure_function_of_config_seed_and_split(cfg):
-    for d in (agree("agree_structure", 2, cfg), agree("agree_content", 2, cfg), agree("lag_identity", 3, cfg),
-              Difficulty("mqar", pairs=4, seq_len=24)):
+    for d in (agree("agree_structure", 2, cfg), agree("agree_content", 2, cfg), agree("agree_content4", 2, cfg),
+              agree("lag_identity", 3, cfg), Difficulty("mqar", pairs=4, seq_len=24)):
         a, b = make_data(d, cfg, 5, "train"), make_data(d, cfg, 5, "train")
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets)
         other_split, other_seed = make_data(d, cfg, 5, "test"), make_data(d, cfg, 6, "train")
@@ -35,11 +37,12 @@ def test_every_task_is_a_pure_function_of_config_seed_and_split(cfg):
 
 
 @pytest.mark.parametrize("cfg", [SMALL, GRAMMAR], ids=["independent", "templates"])
-def test_the_two_agreement_variants_share_sequences_and_positions_and_differ_only_in_the_label(cfg):
+def test_the_agreement_variants_share_sequences_and_positions_and_differ_only_in_the_label(cfg):
     s = make_data(agree("agree_structure", 3, cfg), cfg, 1, "dev")
     c = make_data(agree("agree_content", 3, cfg), cfg, 1, "dev")
-    assert torch.equal(s.tokens, c.tokens)
-    assert torch.equal(s.targets == IGNORE, c.targets == IGNORE)
+    c4 = make_data(agree("agree_content4", 3, cfg), cfg, 1, "dev")
+    assert torch.equal(s.tokens, c.tokens) and torch.equal(s.tokens, c4.tokens)
+    assert torch.equal(s.targets == IGNORE, c.targets == IGNORE) and torch.equal(s.targets == IGNORE, c4.targets == IGNORE)
     tok = s.tokens.numpy()
     cats = category_of(tok, cfg.words_per_category)
     scored = s.targets.numpy() != IGNORE
@@ -49,7 +52,8 @@ def test_the_two_agreement_variants_share_sequences_and_positions_and_differ_onl
     assert (back != STOP).all() and (t_idx[1] >= 3).all()
     assert (s.targets.numpy()[t_idx] == cats[t_idx[0], t_idx[1] - 3]).all()
     assert (c.targets.numpy()[t_idx] == content_map(cfg, 1)[back]).all()
-    assert s.n_classes == len(CATEGORIES) and c.n_classes == 2
+    assert (c4.targets.numpy()[t_idx] == content_map(cfg, 1, 4)[back]).all()
+    assert s.n_classes == len(CATEGORIES) == c4.n_classes and c.n_classes == 2
 
 
 def test_the_independent_structure_has_no_stops_and_every_category_and_word_uniform():
@@ -76,6 +80,38 @@ def test_the_content_map_is_balanced_inside_every_category_so_a_category_says_no
     for c in range(len(CATEGORIES)):
         assert m[1 + c * W: 1 + (c + 1) * W].sum() == W // 2
     assert not np.array_equal(m, content_map(SMALL, 4))  # the map is drawn from the seed
+    # the four-way map: as many labels as the category, W / 4 words of each in every category
+    m4 = content_map(SMALL, 3, 4)
+    for c in range(len(CATEGORIES)):
+        assert np.bincount(m4[1 + c * W: 1 + (c + 1) * W], minlength=4).tolist() == [W // 4] * 4
+    assert not np.array_equal(m4 % 2, m)  # its own draw, not a refinement of the two-way map
+    with pytest.raises(ValueError, match="2 to words_per_category"):
+        content_map(SMALL, 3, 1)
+
+
+def test_the_two_way_map_is_the_one_runs_stored_before_the_four_way_one():
+    # The map of an odd number of words as the earlier code drew it: W // 2 words of class 1.
+    cfg = TaskConfig(words_per_category=17)
+    rng = np.random.default_rng(task_seed(2, "content_map"))
+    for c in range(len(CATEGORIES)):
+        half = np.zeros(17, dtype=np.int64)
+        half[rng.permutation(17)[: 17 // 2]] = 1
+        assert content_map(cfg, 2)[1 + c * 17: 1 + (c + 1) * 17].tolist() == half.tolist()
+
+
+def test_redundancy_mixes_the_two_streams_row_by_row():
+    cfg = FLOORED.model_copy(update={"n_train": 4000})
+    shares = []
+    for rho in (0.0, 0.25, 0.5, 1.0):
+        tok = make_data(agree("agree_structure", 2, cfg, rho), cfg, 0, "train").tokens.numpy()
+        templated = (tok == STOP).any(axis=1)  # a template row holds a full stop; an independent one never
+        shares.append(templated.mean())
+    assert shares[0] == 0 and shares[-1] == 1
+    assert abs(shares[1] - 0.25) < 0.03 and abs(shares[2] - 0.5) < 0.03
+    with pytest.raises(ValueError, match=r"redundancy must be in \[0, 1\]"):
+        make_data(agree("agree_structure", 2, cfg, 1.5), cfg, 0, "train")
+    with pytest.raises(ValueError, match="words_per_category: a redundancy below 1"):
+        make_data(agree("agree_structure", 2, GRAMMAR, 0.5), GRAMMAR, 0, "train")
 
 
 def test_lag_identity_names_the_token_k_back():
@@ -108,10 +144,11 @@ def test_mqar_binds_distinct_keys_of_the_first_half_to_distinct_values_of_the_se
     assert max(offsets) <= T - 4 * P
 
 
-def test_mqar_query_gaps_follow_zoologys_power_law():
+@pytest.mark.parametrize("P, T", [(2, 64), (8, 64)], ids=["2 pairs", "the quick size"])
+def test_mqar_query_gaps_follow_zoologys_power_law(P, T):
     # The first key of the block is queried at the first slot drawn: p(slot i) ∝ (i + 1)^(a − 1) over
-    # the row's free slots (i = 0 is right after the block).
-    P, T = 2, 64
+    # the row's free slots (i = 0 is right after the block).  At the quick size (4·pairs = T/2) the
+    # free slots outnumber the queries, so the draw is not a permutation of every slot.
     cfg = SMALL.model_copy(update={"n_train": 8000})
     q = make_data(Difficulty("mqar", pairs=P, seq_len=T), cfg, 0, "train")
     tok, tgt = q.tokens.numpy(), q.targets.numpy()
@@ -140,9 +177,8 @@ def test_an_mqar_size_that_does_not_fit_is_refused_plainly():
         make_data(Difficulty("mqar", pairs=40, seq_len=256), SMALL, 0, "train")
     with pytest.raises(ValueError, match="mqar_vocab"):
         TaskConfig(mqar_vocab=255)
-    with pytest.raises(ValidationError, match="words_per_category: the independent structure needs at least 16"):
-        TaskConfig(words_per_category=8)
-    TaskConfig(words_per_category=8, structure="templates")  # the grammar takes fewer
+    with pytest.raises(ValidationError, match="words_per_category"):
+        TaskConfig(words_per_category=3)
 
 
 def test_chance_is_the_training_majority_label_scored_on_test():
@@ -162,23 +198,45 @@ def test_under_the_independent_structure_no_other_position_says_the_category_k_b
     # A count table over the categories after t − k (what the issue's grammar gave away: 0.76 at k = 8)
     # and on both sides of it: at chance here, well above it under the templates.
     k = 8
-    for cfg, at_most, at_least in ((FLOORED, 0.28, 0.0), (FLOORED_GRAMMAR, 1.0, 0.65)):
-        d = agree("agree_structure", k, cfg)
+    for rho, at_most, at_least in ((0.0, 0.28, 0.0), (1.0, 1.0, 0.65)):
+        d = agree("agree_structure", k, FLOORED, rho)
         for offsets in (tuple(range(1, k + 1)), (-2, -1, 1, 2), (1,)):
-            acc = count_table_accuracy(d, cfg, 0, [(), offsets])
-            assert at_least <= acc <= at_most, (cfg.structure, offsets, acc)
+            acc = count_table_accuracy(d, FLOORED, 0, [(), offsets])
+            assert at_least <= acc <= at_most, (rho, offsets, acc)
 
 
-def test_the_exclusion_floor_is_chance_where_nothing_else_says_the_label_and_above_it_under_the_templates():
-    for task, classes in (("agree_structure", 4), ("agree_content", 2), ("lag_identity", FLOORED.lag_vocab)):
+def test_the_exclusion_floor_is_chance_where_nothing_else_says_the_label_and_rises_with_redundancy():
+    for task, classes in (("agree_structure", 4), ("agree_content", 2), ("agree_content4", 4),
+                          ("lag_identity", FLOORED.lag_vocab)):
         for k in (1, 8):
             floor = exclusion_floor(agree(task, k, FLOORED), FLOORED, 0)
             assert abs(floor - 1 / classes) < 0.03, (task, k, floor)
-    structure = agree("agree_structure", 8, FLOORED_GRAMMAR)
-    train, test = make_data(structure, FLOORED_GRAMMAR, 0, "train"), make_data(structure, FLOORED_GRAMMAR, 0, "test")
-    assert exclusion_floor(structure, FLOORED_GRAMMAR, 0) > chance(train, test) + 0.2
-    assert abs(exclusion_floor(agree("agree_content", 8, FLOORED_GRAMMAR), FLOORED_GRAMMAR, 0) - 0.5) < 0.03
-    # MQAR: everything but the queried value seen; it is uniform over the values the row has not used
-    assert exclusion_floor(Difficulty("mqar", pairs=8, seq_len=64), SMALL, 0) == pytest.approx(1 / (32 - 7))
+    # the category's floor rises with ρ; the content maps' stay at chance, as the category says nothing of them
+    floors = [exclusion_floor(agree("agree_structure", 8, FLOORED, rho), FLOORED, 0) for rho in (0, 0.5, 1)]
+    assert floors[0] < 0.3 and floors[0] + 0.15 < floors[1] < floors[2] - 0.15, floors
+    structure = agree("agree_structure", 8, FLOORED, 1.0)
+    train, test = make_data(structure, FLOORED, 0, "train"), make_data(structure, FLOORED, 0, "test")
+    assert floors[2] > chance(train, test) + 0.2
+    for task, classes in (("agree_content", 2), ("agree_content4", 4)):
+        assert abs(exclusion_floor(agree(task, 8, FLOORED, 1.0), FLOORED, 0) - 1 / classes) < 0.03
     with pytest.raises(ValueError, match="4·pairs"):
         exclusion_floor(Difficulty("mqar", pairs=20, seq_len=64), SMALL, 0)
+
+
+def test_mqars_floor_knows_the_task_a_rule_without_binding_reads_the_query_order():
+    # The issue's degenerate size (8 pairs, T = 32, every even slot after the block a query): "query i
+    # asks for pair i" scores about 0.21, a guess among the row's values 1/8; the analytic floor runs
+    # stored before was 1 / (V/2 − pairs + 1) ≈ 0.008.
+    cfg = TaskConfig(n_dev=256, n_test=512)
+    d = Difficulty("mqar", pairs=8, seq_len=32)
+    guess = mqar_no_binding_accuracy(d, cfg, 0, [()])
+    assert abs(guess - 1 / 8) < 0.02
+    assert 0.18 < exclusion_floor(d, cfg, 0) == mqar_no_binding_accuracy(d, cfg, 0) < 0.25
+    # at the quick size (4·pairs ≤ T/2) still well above the old floor, and above 0.05
+    wide = exclusion_floor(Difficulty("mqar", pairs=8, seq_len=64), cfg, 0)
+    assert 0.05 < wide < 0.25
+    # the rule knows no binding: on rows where every query asked for its pair in order it would be
+    # perfect; it is not, since the power law leaves the order partly random
+    assert exclusion_floor(d, cfg, 0) < 0.5
+    with pytest.raises(ValueError, match="reads rank, slot, not value"):
+        mqar_no_binding_accuracy(d, cfg, 0, [(), ("value",)])

@@ -23,7 +23,7 @@ ALL_TABLES = {"emalab_meta", "schema_migrations", "runs", "metrics", "ingest_sta
               "probe_accuracy", "lm_eval", "bench_figures", "boundary_accuracy", "boundary_dev_curve",
               "boundary_recall_state", "lm_token_classes", "run_notes", "depth_results", "depth_weights"}
 RELEASED = [(1, "m001_initial"), (2, "m002_boundary"), (3, "m003_boundary_curves"), (4, "m004_lm_token_classes"),
-            (5, "m005_run_notes"), (6, "m006_depth")]
+            (5, "m005_run_notes"), (6, "m006_depth"), (7, "m007_boundary_redundancy")]
 NEXT = len(RELEASED) + 1  # the version a test's own migration takes
 
 
@@ -132,9 +132,9 @@ def test_a_failing_migration_rolls_back_whole(home, monkeypatch):
 @pytest.mark.parametrize("readonly", [True, False])
 def test_a_newer_file_is_refused_and_left_untouched(home, readonly):
     with open_store(readonly=False) as conn:
-        conn.execute("INSERT INTO schema_migrations VALUES (7, 'm007_future', now())")
+        conn.execute(f"INSERT INTO schema_migrations VALUES ({NEXT}, 'm{NEXT:03d}_future', now())")
     before = snapshot(home)
-    with pytest.raises(StoreVersionError, match=rf"newer EMA Lab \(schema 7 > {len(RELEASED)}\).*EMALAB_HOME"):
+    with pytest.raises(StoreVersionError, match=rf"newer EMA Lab \(schema {NEXT} > {len(RELEASED)}\).*EMALAB_HOME"):
         with open_store(readonly=readonly):
             pass
     assert snapshot(home) == before

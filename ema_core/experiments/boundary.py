@@ -35,8 +35,8 @@ from typing import Literal, NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.boundary import (Difficulty, TaskConfig, Trainer, accuracy, chance, exclusion_floor, make_data,
-                               mqar_fits, task_seed)
+from ema_core.boundary import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
+                               exclusion_floor, make_data, mqar_fits, task_seed)
 from ema_core.boundary_findings import TASKS, TaskName
 from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.config import seed_field
@@ -44,8 +44,9 @@ from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.protocol import Experiment, Reporter
 
 KIND = "boundary"
-# 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone).
-CHECKPOINT_FORMAT = 2
+# 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone); 3: the
+# agreement cells carry their redundancy (the grid, and so a cell's index, changed with it).
+CHECKPOINT_FORMAT = 3
 # The reference points of recall against state size, at the body's width only: the window keeps
 # nothing past its reach and softmax keeps the whole sequence, so neither has a state to vary.  The
 # trace sequence's attention (ema3_seq) keeps a sequence too: it is not among them.  Every other
@@ -140,6 +141,13 @@ class BoundaryConfig(BaseModel):
     tasks: tuple[TaskName, ...] = Field(TASKS, description=f"of {', '.join(TASKS)}")
     distances: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), max_length=32,
                                        description="k of the agreement and lag tasks")
+    # The redundancy dial: how much the rest of the sequence says of the category at t − k.  0 is the
+    # independent stream (only position t − k says it), 1 the sentence templates (its neighbours say
+    # it nearly always); each cell's exclusion floor measures what its ρ gives away.
+    redundancy: tuple[float, ...] = Field((0.0,), max_length=11,
+                                          description="ρ of the agreement tasks: the share of their sequences "
+                                                      "drawn from sentence templates (0: every position "
+                                                      "independent; 1: all templates), each in [0, 1]")
     mqar_pairs: tuple[int, ...] = Field((4, 8, 16, 32), max_length=16, description="MQAR's key-value pairs")
     mqar_len: tuple[int, ...] = Field((64, 128, 256), max_length=8,
                                       description="MQAR's sequence lengths (a size runs where 4·pairs ≤ T)")
@@ -170,6 +178,22 @@ class BoundaryConfig(BaseModel):
             v = {**v, "data": {**rest, "mqar_vocab": 2 * int(data["mqar_keys"]) + 2}}
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _older_structure(cls, v):
+        # Runs made between the structure setting and the redundancy dial stored ``data.structure``:
+        # "independent" is ρ = 0 and "templates" ρ = 1, read as today's axis (it was their only
+        # value).  Runs from before either ran the templates: older_behaviour gives them ρ = 1.
+        data = v.get("data") if isinstance(v, dict) else None
+        if isinstance(data, dict) and "structure" in data:
+            structure = data["structure"]
+            if structure not in ("independent", "templates"):
+                raise ValueError(f"data.structure: an older run's structure is independent or templates, "
+                                 f"got {structure!r}")
+            v = {**v, "data": {key: value for key, value in data.items() if key != "structure"},
+                 "redundancy": (0.0 if structure == "independent" else 1.0,)}
+        return v
+
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
@@ -190,6 +214,13 @@ class BoundaryConfig(BaseModel):
             raise ValueError("every value must be a positive integer")
         return _listed(v)
 
+    @field_validator("redundancy")
+    @classmethod
+    def _redundancy(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 <= r <= 1 for r in v):
+            raise ValueError("every ρ must be in [0, 1]")
+        return _listed(tuple(float(r) for r in v))
+
     @field_validator("recall_widths")
     @classmethod
     def _widths(cls, v: tuple[int, ...]) -> tuple[int, ...]:
@@ -204,6 +235,11 @@ class BoundaryConfig(BaseModel):
         T = self.data.seq_len
         if any(k >= T for k in self.distances):
             raise ValueError(f"distances: every k must be below data.seq_len ({T}), got {list(self.distances)}")
+        if any(t in AGREEMENT_CLASSES for t in self.tasks):
+            try:
+                check_words(self.data, min(self.redundancy))
+            except ValueError as exc:
+                raise ValueError(f"{exc} (redundancy {min(self.redundancy):g})") from None
         if "mqar" in self.tasks:
             _check_mqar_sizes(self.mqar_pairs, self.mqar_len)
             keys = mqar_keys(self.data)
@@ -255,6 +291,9 @@ def difficulties(cfg: BoundaryConfig) -> list[Difficulty]:
     for task in cfg.tasks:
         if task == "mqar":
             out.extend(Difficulty(task, pairs=p, seq_len=T) for p, T in mqar_sizes(cfg))
+        elif task in AGREEMENT_CLASSES:
+            out.extend(Difficulty(task, k=k, seq_len=cfg.data.seq_len, redundancy=r)
+                       for r in cfg.redundancy for k in cfg.distances)
         else:
             out.extend(Difficulty(task, k=k, seq_len=cfg.data.seq_len) for k in cfg.distances)
     return out
@@ -459,7 +498,7 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
         "seed": seed, "accuracy": accuracy(best.model, test), "dev_accuracy": dev_acc,
         "chance": chance(train, test), "exclusion_floor": exclusion_floor(d, cfg.data, seed), "lr": best.lr,
         "train_loss": best.loss, "state_floats": best.model.state_floats(d.seq_len), "params": best.model.params(),
-        "d": width,
+        "d": width, "redundancy": d.redundancy if d.task in AGREEMENT_CLASSES else None,
     }
     return {"row": row, "curve": curve}
 
@@ -515,9 +554,10 @@ EXPERIMENT = Experiment(
     run=run,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
     one_click=False,  # about 27 minutes on 2 cores: launched from its page, not with the paper's quick reproduction
-    # Runs made before these settings ran without a conv, on the sentence templates, without recall
-    # against state size (their MQAR vocabulary: BoundaryConfig._older_mqar_keys), and with four
-    # softmax heads.
-    older_behaviour={"model.conv": 0, "data.structure": "templates", "recall_widths": [], "model.heads": 4},
+    # Runs made before these settings ran without a conv, on the sentence templates (ρ = 1: the
+    # entry once read "data.structure": "templates", the setting the dial replaced; runs that stored
+    # a structure read it through BoundaryConfig._older_structure), without recall against state size
+    # (their MQAR vocabulary: BoundaryConfig._older_mqar_keys), and with four softmax heads.
+    older_behaviour={"model.conv": 0, "redundancy": [1.0], "recall_widths": [], "model.heads": 4},
     headline=headline,
 )
