@@ -8,9 +8,9 @@ from ema_core.boundary_findings import (FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEV
                                        claim_verdicts, claims_and_checks, measured_order, recall_frontier, runs_reach,
                                        undertrained_text)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.boundary import (CROSSING, boundary_frame, crossing_chart, dev_curve_chart, heat_map,
-                                       mixer_order, mqar_chart, recall_state_chart, recall_state_frame, task_label,
-                                       task_order)
+from ema_core.figures.boundary import (boundary_frame, crossing_chart, crossing_frame, dev_curve_chart, dose_frame,
+                                       dose_response_chart, heat_map, mixer_order, mqar_chart, recall_state_chart,
+                                       recall_state_frame, task_label, task_order)
 from ema_core.mixers import MIXER_NAMES
 from ema_core.scoreboard import boundary_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
@@ -31,8 +31,9 @@ always naming the training split's most frequent label, measured on the cell's o
 not one number per task: the agreement tasks' classes are uneven, and MQAR's values are many.
 
 **The exclusion floor** of a cell is the best accuracy reachable *without* position t − k: a predictor
-fitted on the training split that sees every other position (MQAR: without the value bound to the
-key, which is chance). Whatever the rest of the sequence gives away about the label is in it. The
+fitted on the training split that sees every other position (MQAR: the best rule that binds no key to
+its value, reading only which query this is and where it stands after the block). Whatever the rest
+of the sequence gives away about the label is in it. The
 map therefore colours each cell by accuracy above b = max(chance, exclusion floor), (accuracy − b) /
 (1 − b): 0 is what a model that never saw t − k gets, 1 is perfect, below 0 worse; the cell's text
 is the accuracy itself, with the floor (f) under it. A run stored before the floor was measured has
@@ -42,6 +43,18 @@ none: its cells are set against chance.
 layer (and the short conv before it), nothing past them. Whatever it solves needs no long memory.
 "At a distance" is every k beyond its reach, layers · ((window − 1) + (conv − 1)) tokens, computed from
 the run's own body. It is drawn thick on the crossing chart so that no curve hides it.
+"""
+
+
+DIAL_TEXT = """
+At ρ = 0 every position's category is drawn afresh, so only position t − k says the category k back:
+the floor is chance, and a mixer above it **held** something of t − k. As ρ grows, more sequences
+follow the sentence templates, whose neighbours name the category at t − k nearly always: the floor
+rises, and a mixer can score well while holding nothing of t − k. The paper's claim is judged where
+the context repeats nothing (ρ = 0, above the floor); its statement as the paper makes it (structure
+kept, content lost) at the largest ρ, where this chart says how much of it the repetition explains.
+At ρ = 0 structure and the four-way content map are one task up to relabelling the words: the
+label-count control checks that they score alike.
 """
 
 
@@ -108,7 +121,9 @@ Where does each way of mixing context keep **structure** and lose **content**? E
 a fixed window, EMA traces, their sequence, learned and data-dependent decays, linear and softmax
 attention — sits in the same small model (two layers, the same width) and is trained on the same tasks at
 controlled distances: **agreement** asks for the grammatical category of the word *k* tokens back
-(structure) or for a balanced two-class map of *which* word it was (content), on the same sequences;
+(structure) or for a balanced two- or four-class map of *which* word it was (content), on the same
+sequences, each drawn from sentence templates with probability ρ (the **redundancy**: how much the
+context repeats the category) and with every position independent otherwise;
 **MQAR** asks to recall the value bound to each of several keys; **lag identity** names the token *k*
 steps back in a random stream. Each cell keeps the learning rate that scores best on its dev split and
 is scored on held-out test data, against its exclusion floor. The paper's claim: fixed-decay traces
@@ -155,12 +170,25 @@ present = set(frame["task"])
 st.subheader("Structure against content")
 chart_col, text_col = st.columns([3, 2])
 with chart_col:
-    if present & set(CROSSING):
+    if len(crossing_frame(frame)):
         chart_with_downloads(crossing_chart(frame), "boundary_crossing", key="boundary_crossing_chart")
     else:
-        st.info("These runs hold neither agreement task.")
+        st.info("These runs hold no agreement task in the independent stream (ρ = 0).")
 with text_col:
     st.markdown(CHANCE_TEXT)
+
+# -- the redundancy dial ---------------------------------------------------------------------------------
+st.subheader("Structure as the context repeats it")
+reach = runs_reach(configs[r] for r in picked)
+if len(dose_frame(frame, reach)):
+    dial_col, dial_text = st.columns([3, 2])
+    with dial_col:
+        chart_with_downloads(dose_response_chart(frame, reach), "boundary_redundancy", key="boundary_dial_chart")
+    with dial_text:
+        st.markdown(DIAL_TEXT)
+else:
+    st.info(f"These runs hold no agreement cell with a redundancy beyond the window's reach (k > {reach}): runs "
+            "stored before the dial ran one stream. Launch a run of today's presets to draw it.")
 
 # -- recall --------------------------------------------------------------------------------------------
 # The whole width: one facet per MQAR size does not shrink to a column.
@@ -214,7 +242,7 @@ tasks = task_order(present)
 # is under-trained (``under`` above says so), else a content task (the hierarchy is about keeping
 # content), else the first.
 if st.session_state.get("boundary_order_task") not in tasks:
-    trusted = [t for t in ("mqar", "agree_content", "lag_identity") if t in tasks and not (t == "mqar" and under)]
+    trusted = [t for t in ("mqar", "agree_content4", "agree_content", "lag_identity") if t in tasks and not (t == "mqar" and under)]
     st.session_state["boundary_order_task"] = (trusted or tasks)[0]
 task = st.radio("Measured on", tasks, format_func=task_label, horizontal=True, key="boundary_order_task")
 paper_col, ours_col = st.columns(2)
@@ -227,7 +255,7 @@ with ours_col:
 everyone = measured_order(rows, task)
 st.caption(f"Every mixer of these runs on {task_label(task)}, weakest first: "
            + ", ".join(f"{m} {acc:.3f}" for m, acc in everyone) + ".")
-verdicts = claim_verdicts(rows, reach=runs_reach(configs[r] for r in picked))
+verdicts = claim_verdicts(rows, reach=reach)
 claims, checks = claims_and_checks(verdicts)
 st.markdown("**The paper's claims**, each of which these tasks could refute")
 if len(seeds) < VERDICT_MIN_SEEDS:

@@ -19,9 +19,10 @@ from store import ingest
 KIND = "boundary"
 MIXERS = ("window_k", "ema", "softmax")
 # Every task, a near and a far distance (k = 8 lies past the reach of a 2-wide window behind a
-# width-3 conv, 2 · (1 + 2) = 6: the findings' "at a distance"), two MQAR sizes, recall at two widths,
-# three seeds per run (the fewest a claim is judged on).
-TINY = {"mixers": ",".join(MIXERS), "distances": "1,8", "mqar_pairs": "2,4", "mqar_len": "16",
+# width-3 conv, 2 · (1 + 2) = 6: the findings' "at a distance"), the agreement tasks in the independent
+# stream and in the templates (ρ 0 and 1), two MQAR sizes, recall at two widths, three seeds per run
+# (the fewest a claim is judged on).
+TINY = {"mixers": ",".join(MIXERS), "distances": "1,8", "redundancy": "0,1", "mqar_pairs": "2,4", "mqar_len": "16",
         "data.seq_len": 16, "data.n_train": 32, "data.n_dev": 16, "data.n_test": 16, "train.steps": 3,
         "train.lrs": "0.01", "model.d": 16, "model.window": 2, "recall_widths": "8,16", "seeds": 3}
 

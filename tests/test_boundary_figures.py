@@ -12,9 +12,9 @@ from ema_core import palette
 from ema_core.boundary_findings import FLOOR_MIXER as FLOOR, normalised
 from ema_core.figures import chart_to_png, chart_to_svg
 from ema_core.boundary_findings import RECALL_LEVEL
-from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, dev_curve_chart, heat_map,
-                                       mixer_order, mqar_chart, recall_figures, recall_state_chart, recall_state_frame,
-                                       run_figures)
+from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, dev_curve_chart,
+                                       difficulty_order, dose_frame, dose_response_chart, heat_map, mixer_order,
+                                       mqar_chart, recall_figures, recall_state_chart, recall_state_frame, run_figures)
 from ema_core.mixers import MIXER_NAMES
 from boundary_fixture import MIXERS as RUN_MIXERS, TINY
 
@@ -74,8 +74,10 @@ def test_the_frame_is_a_mean_over_seeds_with_its_spread(rows):
     frame = boundary_frame(rows)
     assert (frame["n"] == TINY["seeds"]).all()
     assert list(dict.fromkeys(frame["mixer"])) == list(RUN_MIXERS)
-    cell = rows[(rows["mixer"] == "ema") & (rows["task"] == "agree_content") & (rows["difficulty"] == "k=8")]
-    got = frame[(frame["mixer"] == "ema") & (frame["task"] == "agree_content") & (frame["difficulty"] == "k=8")].iloc[0]
+    cell = rows[(rows["mixer"] == "ema") & (rows["task"] == "agree_content") & (rows["difficulty"] == "k=8,rho=0")]
+    got = frame[(frame["mixer"] == "ema") & (frame["task"] == "agree_content")
+                & (frame["difficulty"] == "k=8,rho=0")].iloc[0]
+    assert got["redundancy"] == 0 and frame.loc[frame["task"] == "mqar", "redundancy"].isna().all()
     assert got["mean"] == pytest.approx(cell["accuracy"].mean())
     assert got["std"] == pytest.approx(cell["accuracy"].std(ddof=1))
     # A second run holding the same seeds (overlapping seed ranges) changes neither n, mean nor std.
@@ -139,9 +141,34 @@ def test_the_crossing_draws_each_mixer_in_its_colour_and_the_window_over_the_oth
     assert set(data["variant"].dropna()) == {label for label, _ in CROSSING.values()}
     # Chance per variant and distance: the mean over every mixer's and seed's cells.
     chance_rows = pd.DataFrame(spec["datasets"][chance["data"]["name"]])
-    structure = rows[(rows["task"] == "agree_structure") & (rows["level"] == 8)]["chance"].mean()
+    structure = rows[(rows["task"] == "agree_structure") & (rows["level"] == 8) & (rows["redundancy"] == 0)]["chance"].mean()
     got = chance_rows[(chance_rows["variant"] == CROSSING["agree_structure"][0]) & (chance_rows["level"] == 8)]
     assert got["chance"].iloc[0] == pytest.approx(structure)
+
+
+def test_the_dial_draws_structure_and_its_floor_against_redundancy_beyond_the_reach(rows):
+    reach = 6  # the fixture's body: a 2-wide window behind a width-3 conv, two layers
+    df = dose_frame(rows, reach)
+    assert set(df["level"]) == {8} and sorted(set(df["redundancy"])) == [0.0, 1.0]
+    assert set(df["mixer"]) == set(RUN_MIXERS) and len(df) == 2 * len(RUN_MIXERS)
+    spec = _spec(dose_response_chart(rows, reach))
+    floor, line, _ = spec["layer"]
+    assert floor["mark"]["color"] == palette.REFERENCE_COLOR and floor["encoding"]["y"]["field"] == "floor"
+    assert _color_map(line) == {m: palette.mixer_color(m) for m in RUN_MIXERS}
+    assert line["encoding"]["x"]["field"] == "redundancy"
+    floors = pd.DataFrame(spec["datasets"][floor["data"]["name"]]).set_index("redundancy")["floor"]
+    want = rows[(rows["task"] == "agree_structure") & (rows["level"] == 8)].groupby("redundancy")["exclusion_floor"]
+    assert floors.to_dict() == pytest.approx(want.mean().to_dict())
+    assert "k = 8" in json.dumps(spec["title"]) and "reach of 6" in json.dumps(spec["title"])
+    # Nothing beyond the reach, or no ρ (a run before the dial): no rows, and the run's figures leave it out.
+    assert dose_frame(rows, reach=8).empty
+    before = rows.assign(difficulty=rows["difficulty"].str.replace(r",rho=.*", "", regex=True))
+    assert dose_frame(before.drop(columns="redundancy"), reach).empty
+
+
+def test_the_map_orders_an_agreement_tasks_columns_by_redundancy_then_distance(rows):
+    order = [d for d in difficulty_order(boundary_frame(rows)) if "rho" in d]
+    assert order[:4] == ["k=1,rho=0", "k=8,rho=0", "k=1,rho=1", "k=8,rho=1"]
 
 
 def test_the_mqar_chart_puts_recall_against_state_size(rows):
@@ -177,7 +204,10 @@ def test_one_seed_draws_no_error_bars(rows):
 
 def test_the_run_figures_export_as_svg_and_png(rows):
     figures = run_figures(rows)
+    # (the dial needs a k beyond the default body's reach, 10: this run's farthest is 8)
     assert [stem for stem, _ in figures] == ["boundary_map", "boundary_crossing", "boundary_mqar"]
+    far = rows.assign(level=rows["level"] * 2)
+    assert [stem for stem, _ in run_figures(far)][:3] == ["boundary_map", "boundary_crossing", "boundary_redundancy"]
     for _, chart in figures:
         svg = chart_to_svg(chart)
         assert svg.lstrip().startswith("<svg") and "…" not in svg

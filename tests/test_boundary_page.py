@@ -99,7 +99,7 @@ def test_a_real_run_draws_the_map_the_curves_and_the_recall_chart(runs):
     at = _page()
     assert at.multiselect(key="boundary_runs").value == runs
     assert any("1 run(s) · seeds 0, 1, 2" in c.value for c in at.caption)
-    (map_spec, cells), (cross_spec, curves), (recall_spec, recall), (dev_spec, dev) = _charts(at)
+    (map_spec, cells), (cross_spec, curves), (dial_spec, dial), (recall_spec, recall), (dev_spec, dev) = _charts(at)
     assert "boundary map" in json.dumps(map_spec["title"])
     # The floor is drawn: each cell's text carries it, and the colour is measured from it.
     assert "exclusion floor" in json.dumps(map_spec["title"]) and cells["floor_text"].str.startswith("f ").all()
@@ -109,6 +109,10 @@ def test_a_real_run_draws_the_map_the_curves_and_the_recall_chart(runs):
     line = next(layer for layer in cross_spec["layer"] if "color" in layer.get("encoding", {}))
     scale = line["encoding"]["color"]["scale"]
     assert dict(zip(scale["domain"], scale["range"])) == {m: palette.mixer_color(m) for m in RUN_MIXERS}
+    # The redundancy dial, at k = 8 (beyond the fixture body's reach of 6): every mixer at ρ 0 and 1, the floor.
+    assert "k = 8" in json.dumps(dial_spec["title"]) and "Structure as the context repeats it" in json.dumps(dial_spec["title"])
+    assert set(dial["mixer"].dropna()) == set(RUN_MIXERS) and set(dial["redundancy"].dropna()) == {0, 1}
+    assert "floor" in dial and dial["floor"].notna().any()
     # Recall against state size, from its own table: ema at both recall widths, the smallest state
     # reaching the bar (if any) named under it.
     assert "MQAR recall against state size" in json.dumps(recall_spec["title"])
@@ -126,8 +130,9 @@ def test_a_real_run_draws_the_map_the_curves_and_the_recall_chart(runs):
     assert at.selectbox(key="boundary_curve_cell").value == (first["mixer"], first["task"], first["difficulty"], 16)
     # The map's numbers are the store's: the mean over seeds of each cell.
     rows = boundary_accuracy(runs)
-    cell = rows[(rows["mixer"] == "softmax") & (rows["task"] == "agree_structure") & (rows["difficulty"] == "k=8")]
-    shown = cells[(cells["mixer"] == "softmax") & (cells["task"] == "agree_structure") & (cells["difficulty"] == "k=8")]
+    cell = rows[(rows["mixer"] == "softmax") & (rows["task"] == "agree_structure") & (rows["difficulty"] == "k=8,rho=1")]
+    shown = cells[(cells["mixer"] == "softmax") & (cells["task"] == "agree_structure")
+                  & (cells["difficulty"] == "k=8,rho=1")]
     assert shown["mean"].iloc[0] == pytest.approx(cell["accuracy"].mean())
     # Under the MQAR chart, the sizes softmax did not learn, in the findings' own words (none: no box).
     under = undertrained_text(rows)
@@ -142,7 +147,7 @@ def test_the_page_sets_the_papers_hierarchy_beside_the_measured_one_and_judges_e
         assert f"`{name}`" in text
     rows = boundary_accuracy(runs)
     # The comparison opens on the view the page trusts: MQAR unless the page calls it under-trained.
-    task = "agree_content" if undertrained_text(rows) else "mqar"
+    task = "agree_content4" if undertrained_text(rows) else "mqar"
     assert at.radio(key="boundary_order_task").value == task
     for name, acc in measured_order(rows, task, mixers=PAPER_HIERARCHY):
         assert f"`{name}` — {acc:.3f}" in text
@@ -165,7 +170,7 @@ def test_the_page_sets_the_papers_hierarchy_beside_the_measured_one_and_judges_e
     at.radio(key="boundary_order_task").set_value("agree_content")
     ok(at.run())
     text = "\n".join(m.value for m in at.markdown)
-    assert "Measured on agreement: content" in text
+    assert "Measured on agreement: content" in text and "Measured on agreement: content ×4" not in text
 
 
 def test_the_sanity_checks_are_shown_apart_from_the_claims(runs):
@@ -176,10 +181,12 @@ def test_the_sanity_checks_are_shown_apart_from_the_claims(runs):
     assert claims_at < checks_at
     lines = _verdict_lines(at)
     checks = [line for line in lines if line in _expected_lines(claims_and_checks(_verdicts(runs))[1])]
-    assert len(checks) == 3 and lines[-3:] == checks  # the checks come after every claim
+    assert len(checks) == 4 and lines[-4:] == checks  # the checks come after every claim
     assert any("softmax attention solves every task" in c for c in checks)
     assert any("The window is at chance beyond its reach" in c for c in checks)
-    assert any("keeps structure while losing content" in c for c in lines[:-3])
+    assert any("one task at ρ = 0" in c for c in checks)  # the label-count control
+    assert any("keeps structure beyond what the context repeats" in c for c in lines[:-4])
+    assert any("keeps structure while losing content" in c for c in lines[:-4])
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +227,7 @@ def test_runs_stored_before_the_floor_and_the_new_tables_still_draw_and_say_what
     assert any("no recall-against-state rows" in i.value for i in at.info)
     assert any("no dev curves" in i.value for i in at.info)
     specs = [spec for spec, _ in _charts(at)]
-    assert len(specs) == 3 and "MQAR recall against state size" in json.dumps(specs[2]["title"])  # the map's own cells
+    assert len(specs) == 4 and "MQAR recall against state size" in json.dumps(specs[3]["title"])  # the map's own cells
     (_, cells) = _charts(at)[0]
     assert (cells["floor_text"] == "").all()
 
@@ -228,12 +235,13 @@ def test_runs_stored_before_the_floor_and_the_new_tables_still_draw_and_say_what
 def test_every_chart_and_the_table_have_their_downloads(runs):
     at = _page()
     labels = [b.label for b in at.get("download_button")]
-    assert labels.count("SVG") == labels.count("PNG") == 4  # map, crossing, recall, a dev curve
+    assert labels.count("SVG") == labels.count("PNG") == 5  # map, crossing, dial, recall, a dev curve
     assert labels.count("CSV") == labels.count("Markdown") == labels.count("LaTeX") == 1
     table = next(d.value for d in at.dataframe if "above_floor" in d.value.columns)
     rows = boundary_accuracy(runs)
-    cell = rows[(rows["mixer"] == "ema") & (rows["task"] == "agree_content") & (rows["difficulty"] == "k=1")]
-    row = table[(table["mixer"] == "ema") & (table["task"] == "agree_content") & (table["difficulty"] == "k=1")].iloc[0]
+    cell = rows[(rows["mixer"] == "ema") & (rows["task"] == "agree_content") & (rows["difficulty"] == "k=1,rho=0")]
+    row = table[(table["mixer"] == "ema") & (table["task"] == "agree_content")
+                & (table["difficulty"] == "k=1,rho=0")].iloc[0]
     assert row["accuracy"].replace("\u00a0", " ") == mean_std(cell["accuracy"].mean(), cell["accuracy"].std(ddof=1))
     assert row["seeds"] == 3
     floor = cell["exclusion_floor"]

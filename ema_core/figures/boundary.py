@@ -1,8 +1,9 @@
 """The boundary study's charts: every context mixer on every task, from the rows of ``boundary_accuracy``.
 
-Three views of one grid (mixer × task × difficulty × seed): the map (accuracy above max(chance,
-exclusion floor), cell by cell), the crossing (structure against content as the distance grows) and
-MQAR recall against the state a mixer keeps; beside them, from their own tables, recall against
+Four views of one grid (mixer × task × difficulty × seed): the map (accuracy above max(chance,
+exclusion floor), cell by cell), the crossing (structure against content as the distance grows, in
+the independent stream), the redundancy dial (structure and its floor as the context repeats more
+of it) and MQAR recall against the state a mixer keeps; beside them, from their own tables, recall against
 state size at several widths (``boundary_recall_state``) and every rate's dev curve
 (``boundary_dev_curve``).  Each mixer has its palette colour (:func:`ema_core.palette.mixer_color`) on
 every chart; mixers are listed in ``ema_core.mixers.MIXER_NAMES`` order (any other, say of an
@@ -17,18 +18,19 @@ import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.boundary_findings import (FLOOR_MIXER, RECALL_LEVEL, above_floor, baseline, level_of, normalised,
-                                       recall_frontier)
+from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, RECALL_LEVEL, above_floor, baseline,
+                                       level_of, normalised, recall_frontier, redundancy_of)
 from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH, WIDTH,
                               chart_title, color_scale, facet_grid, legend, with_layout)
 from ema_core.mixers import MIXER_NAMES
 
 # Task -> label, in the order the map shows them; a task not listed keeps its own name, after these.
 TASK_LABELS = {"agree_structure": "agreement: structure", "agree_content": "agreement: content",
-               "mqar": "MQAR recall", "lag_identity": "lag identity"}
-# The two variants of the agreement task the crossing chart sets against each other, and their dashes:
+               "agree_content4": "agreement: content ×4", "mqar": "MQAR recall", "lag_identity": "lag identity"}
+# The variants of the agreement task the crossing chart sets against each other, and their dashes:
 # the same sequences, the same positions scored; only what must be remembered differs.
-CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content": ("content (identity)", [6, 4])}
+CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content": ("content (identity, 2-way)", [6, 4]),
+            "agree_content4": ("content (identity, 4-way)", [2, 2])}
 # px per cell of the map, at most: "0.97" fits, a task of two distances is as wide as its two-line
 # heading ("agreement:" over "structure").  A map of many columns takes smaller cells, down to
 # CELL_MIN ("0.97" still fits), and past that wraps its tasks onto more rows, so that it fits
@@ -82,7 +84,7 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     Rows with no accuracy are left out.
     """
     cols = [*GROUP, "n", "mean", "std", "chance", "chance_std", "floor", "floor_std", "base", "above", "above_std",
-            "state_floats"]
+            "state_floats", "redundancy"]
     if rows is None or not len(rows):
         return pd.DataFrame(columns=cols)
     df = rows.loc[pd.to_numeric(rows["accuracy"], errors="coerce").notna()].copy()
@@ -116,6 +118,10 @@ def boundary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     out["level"] = out["level"].astype(int)
     out["seq_len"] = pd.to_numeric(out["seq_len"], errors="coerce").astype("Int64")  # nullable too
     out["state_floats"] = out["state_floats"].round().astype("Int64")
+    # ρ as the difficulty names it (an agreement cell's label carries it; other tasks and runs stored
+    # before the dial have none)
+    out["redundancy"] = [redundancy_of(None, str(d)) for d in out["difficulty"]]
+    out["redundancy"] = pd.to_numeric(out["redundancy"], errors="coerce")
     return out[cols].reset_index(drop=True)
 
 
@@ -125,10 +131,13 @@ def _frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def difficulty_order(frame: pd.DataFrame) -> list[str]:
-    """Every difficulty of ``frame``, task by task, by length then level (k, or MQAR's pairs)."""
+    """Every difficulty of ``frame``, task by task, by length, redundancy (an agreement task's ρ, the
+    independent stream first) then level (k, or MQAR's pairs)."""
     tasks = task_order(frame["task"])
     keyed = frame[["task", "seq_len", "level", "difficulty"]].drop_duplicates()
-    keyed = keyed.assign(_t=keyed["task"].map(tasks.index)).sort_values(["_t", "seq_len", "level", "difficulty"])
+    keyed = keyed.assign(_t=keyed["task"].map(tasks.index),
+                         _r=[redundancy_of(None, str(d)) or 0.0 for d in keyed["difficulty"]])
+    keyed = keyed.sort_values(["_t", "seq_len", "_r", "level", "difficulty"])
     return list(dict.fromkeys(keyed["difficulty"]))
 
 
@@ -236,9 +245,11 @@ def heat_map(frame: pd.DataFrame) -> alt.FacetChart:
 # -- structure against content -------------------------------------------------------------------------
 
 def crossing_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The crossing chart's rows: the two agreement variants, with their labels."""
+    """The crossing chart's rows: the agreement variants in the independent stream (ρ = 0, or none
+    stored: runs before the dial), with their labels."""
     frame = _frame(frame)
-    df = frame.loc[frame["task"].isin(list(CROSSING))].copy()
+    independent = frame["redundancy"].isna() | (frame["redundancy"] == 0)
+    df = frame.loc[frame["task"].isin(list(CROSSING)) & independent].copy()
     df["variant"] = df["task"].map(lambda t: CROSSING[t][0])
     return df.reset_index(drop=True)
 
@@ -301,6 +312,55 @@ def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
 
 
 # -- MQAR ----------------------------------------------------------------------------------------------
+
+# -- the redundancy dial ---------------------------------------------------------------------------------
+
+def dose_frame(frame: pd.DataFrame, reach: int = DEFAULT_WINDOW_REACH) -> pd.DataFrame:
+    """The dial's rows: agree_structure at the farthest k beyond the window's ``reach``, one per (mixer, ρ);
+    empty where the runs hold no such cell with a ρ (runs before the dial, or no k beyond the reach)."""
+    frame = _frame(frame)
+    df = frame.loc[(frame["task"] == "agree_structure") & frame["redundancy"].notna() & (frame["level"] > reach)]
+    if not len(df):
+        return df.copy()
+    return df.loc[df["level"] == df["level"].max()].sort_values(["redundancy"], kind="stable").reset_index(drop=True)
+
+
+def dose_response_chart(frame: pd.DataFrame, reach: int = DEFAULT_WINDOW_REACH) -> alt.LayerChart:
+    """Structure accuracy against the redundancy ρ, one line per mixer, at a distance beyond the window's
+    reach; the exclusion floor (the best accuracy without position t − k, the same for every mixer)
+    as a thick dashed grey line.  Where a mixer's line runs along the floor, what it scores is what
+    the context repeats; the gap between them is what it holds of position t − k."""
+    df = dose_frame(frame, reach)
+    mixers = mixer_order(df["mixer"])
+    rhos = sorted(set(float(r) for r in df["redundancy"]))
+    k = int(df["level"].max()) if len(df) else reach + 1
+    x = alt.X("redundancy:Q", title="redundancy ρ (share of sequences from the sentence templates)",
+              scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(values=rhos or [0, 1], format=".2~f"))
+    y = alt.Y("mean:Q", scale=alt.Scale(domain=[0, 1]), axis=ACCURACY_AXIS, title="structure accuracy (test)")
+    floor = (df.groupby("redundancy", as_index=False).agg(floor=("floor", "mean"), chance=("chance", "mean"))
+             if len(df) else pd.DataFrame(columns=["redundancy", "floor", "chance"]))
+    floor_line = alt.Chart(floor).transform_filter("isValid(datum.floor)").mark_line(
+        color=palette.REFERENCE_COLOR, strokeDash=[6, 3], strokeWidth=3,
+        point=alt.OverlayMarkDef(size=50, filled=True, color=palette.REFERENCE_COLOR)).encode(
+        x=x, y=alt.Y("floor:Q"),
+        tooltip=[alt.Tooltip("redundancy:Q", title="ρ"), alt.Tooltip("floor:Q", format=".3f", title="exclusion floor"),
+                 alt.Tooltip("chance:Q", format=".3f")])
+    data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1))
+    base = alt.Chart(data).encode(x=x, color=_mixer_color(mixers))
+    tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("redundancy:Q", title="ρ"),
+               alt.Tooltip("mean:Q", format=".3f", title="accuracy"), alt.Tooltip("std:Q", format=".3f", title="std (seeds)"),
+               alt.Tooltip("floor:Q", format=".3f", title="exclusion floor"),
+               alt.Tooltip("above:Q", format=".3f", title="above the floor"), alt.Tooltip("n:Q", title="seeds")]
+    layers = [floor_line,
+              base.mark_line(point=alt.OverlayMarkDef(size=40, filled=True), strokeWidth=2).encode(y=y, tooltip=tooltip),
+              base.transform_filter(HAS_STD).mark_rule(strokeWidth=1.2, opacity=0.7).encode(y="lo:Q", y2="hi:Q")]
+    return with_layout(alt.layer(*layers).properties(
+        width=WIDTH, height=HEIGHT,
+        title=chart_title(f"Structure as the context repeats it, k = {k}",
+                          f"the category {k} tokens back (beyond the window's reach of {reach}); dashed grey: the "
+                          f"exclusion floor, what the context gives away without position t − k; {_seeds_note(df)}"),
+    ))
+
 
 def _recall_axes(data: pd.DataFrame, width: float = WIDTH) -> tuple[alt.X, alt.Y]:
     """Recall against state: floats per sequence on a log axis fitted to the data's states, test accuracy
@@ -463,8 +523,10 @@ def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
     if frame.empty:
         return []
     out: list[tuple[str, alt.TopLevelMixin]] = [("boundary_map", heat_map(frame))]
-    if frame["task"].isin(list(CROSSING)).any():
+    if len(crossing_frame(frame)):
         out.append(("boundary_crossing", crossing_chart(frame)))
+    if len(dose_frame(frame)):
+        out.append(("boundary_redundancy", dose_response_chart(frame)))
     if (frame["task"] == "mqar").any():
         out.append(("boundary_mqar", mqar_chart(frame)))
     return out
@@ -477,5 +539,6 @@ def recall_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
 
 
 __all__ = ["CROSSING", "TASK_LABELS", "boundary_frame", "crossing_chart", "crossing_frame", "dev_curve_chart",
+           "dose_frame", "dose_response_chart",
            "difficulty_order", "heat_map", "mixer_order", "mqar_chart", "recall_figures", "recall_state_chart",
            "recall_state_frame", "run_figures", "task_label", "task_order"]
