@@ -214,6 +214,9 @@ class Claim:
     # claims, and never counted as one reproduced.  A failure says the harness is wrong, not the paper.
     sanity: bool = False
     floored: bool = False  # reads accuracy above the exclusion floor (its note says where one is missing)
+    # (better, worse): judged on recall against state (boundary_recall_state), the two mixers compared
+    # at matched state (:func:`matched_deltas`) rather than at one width; select and delta are unused.
+    matched: tuple[str, str] | None = None
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -376,18 +379,99 @@ def undertrained_text(rows_or_grid) -> str:
             "leave these sizes out; train longer (train.steps) to judge them.")
 
 
-def _above_on_mqar(better: str, worse: str):
-    def select(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
-        a, b = g.levels_of(better, "mqar"), g.levels_of(worse, "mqar")
-        under = undertrained_mqar(g)
-        shared = sorted((d for d in a if d in b and d not in under), key=lambda d: (a[d], d))
-        return tuple((m, "mqar", d) for d in shared for m in (better, worse)), ", ".join(shared)
+# -- recall at matched state ------------------------------------------------------------------------------
 
-    def delta(cells: Mapping[Key, Cell]) -> float:
-        sizes = sorted({d for _, _, d in cells})
-        return _mean(cells[(better, "mqar", d)].accuracy - cells[(worse, "mqar", d)].accuracy for d in sizes)
+# A recall claim is reproduced only where Δ > 0 beyond the spread at this many matched state sizes or
+# more (and below 0 at none); not reproduced where the reverse holds; fixed before the confirming run.
+MIN_MATCHED = 2
 
-    return select, delta
+
+def _no_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+    return (), ""
+
+
+def _no_delta(cells: Mapping[Key, Cell]) -> float:
+    return math.nan
+
+
+def _recall_curves(rows: Iterable[Mapping[str, Any]]) -> dict[int, dict[tuple[str, str], list[tuple[float, float]]]]:
+    """seed -> (mixer, MQAR size) -> [(state floats, test accuracy)], by state (a width two runs hold
+    averaged), from ``boundary_recall_state`` rows."""
+    sums: dict[tuple[int, str, str, float], list[float]] = {}
+    for r in records(rows):
+        acc, floats, seed = finite(r.get("accuracy")), finite(r.get("state_floats")), finite(r.get("seed"))
+        if acc is None or floats is None or seed is None or floats <= 0:
+            continue
+        sums.setdefault((int(seed), str(r["mixer"]), str(r["difficulty"]), floats), []).append(acc)
+    out: dict[int, dict[tuple[str, str], list[tuple[float, float]]]] = {}
+    for (seed, m, d, floats), accs in sorted(sums.items()):
+        out.setdefault(seed, {}).setdefault((m, d), []).append((floats, _mean(accs)))
+    return out
+
+
+def _at_state(points: list[tuple[float, float]], floats: float) -> float | None:
+    """Accuracy at ``floats``, linear in log state between the two measured points around it; None
+    outside the points measured (never extrapolated)."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= floats <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (math.log(floats / x0) / math.log(x1 / x0))
+    return points[0][1] if len(points) == 1 and points[0][0] == floats else None
+
+
+def matched_deltas(rows: Iterable[Mapping[str, Any]], better: str, worse: str,
+                   leave_out: Iterable[str] = ()) -> dict[tuple[str, float], list[float]]:
+    """(MQAR size, state floats) -> per-seed Δ = accuracy of ``better`` − of ``worse`` at that state.
+
+    The matched states of a size are every state either mixer was measured at that lies inside both
+    mixers' measured ranges (the overlap of their curves); each mixer's accuracy there is read off its
+    own curve, linear in log state between its two nearest widths.  A seed counts at a state where it
+    holds both curves around it.  Sizes in ``leave_out`` (under-trained) are left out."""
+    curves = _recall_curves(rows)
+    skip = set(leave_out)
+    sizes = sorted({d for per in curves.values() for (m, d) in per if m in (better, worse) and d not in skip})
+    out: dict[tuple[str, float], list[float]] = {}
+    for d in sizes:
+        a = {x for per in curves.values() for x, _ in per.get((better, d), ())}
+        b = {x for per in curves.values() for x, _ in per.get((worse, d), ())}
+        if len(a) < 2 or len(b) < 2:
+            continue
+        lo, hi = max(min(a), min(b)), min(max(a), max(b))
+        for floats in sorted(x for x in a | b if lo <= x <= hi):
+            deltas = []
+            for seed in sorted(curves):
+                ya = _at_state(curves[seed].get((better, d), []), floats)
+                yb = _at_state(curves[seed].get((worse, d), []), floats)
+                if ya is not None and yb is not None:
+                    deltas.append(ya - yb)
+            if deltas:
+                out[(d, floats)] = deltas
+    return out
+
+
+def _matched_verdict(c: Claim, recall_rows, under: Mapping[str, float]) -> tuple[Spread, str, str]:
+    """(Δ over the seeds, mean over matched states; the verdict by MIN_MATCHED; the states in words)."""
+    by_state = matched_deltas(() if recall_rows is None else recall_rows, *c.matched, leave_out=under)
+    if not by_state:
+        return spread([]), "inconclusive", ""
+    n = min(len(v) for v in by_state.values())
+    per_seed = [_mean(v[i] for v in by_state.values()) for i in range(n)] if n == max(
+        len(v) for v in by_state.values()) else []
+    spreads = {k: spread(v) for k, v in by_state.items()}
+    verdicts = {k: judge(s) for k, s in spreads.items()}
+    up = sum(v == "reproduced" for v in verdicts.values())
+    down = sum(v == "not_reproduced" for v in verdicts.values())
+    total = spread(per_seed) if per_seed else spreads[next(iter(spreads))]
+    if total.n < VERDICT_MIN_SEEDS:
+        verdict = "not_judged"
+    elif up >= MIN_MATCHED and not down:
+        verdict = "reproduced"
+    elif down >= MIN_MATCHED and not up:
+        verdict = "not_reproduced"
+    else:
+        verdict = "inconclusive"
+    words = "; ".join(f"{d} at {floats:,.0f} floats {spreads[(d, floats)].mean:+.3f}" for d, floats in by_state)
+    over = (f"{len(by_state)} matched states ({words}): beyond the spread above 0 at {up}, below 0 at {down}")
+    return total, verdict, over
 
 
 def _window_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
@@ -421,14 +505,16 @@ CLAIMS: tuple[Claim, ...] = (
             f"{m} on agree_structure and agree_content4 at one ρ > 0 at a distance beyond the window's reach "
             f"(k > {{reach}})", *_structure_over_content4_where_repeated(m))
       for m in ("ema", "ema3")),
-    Claim("gated_above_decay", "Input-dependent selection beats fixed decay at recall (MQAR accuracy, "
-          "gated_linear_attn − decay_linear_attn > 0)", "EMA < fixed decay < gated < softmax", "[A] [S]",
-          "gated_linear_attn and decay_linear_attn on a shared MQAR size",
-          *_above_on_mqar("gated_linear_attn", "decay_linear_attn"), recall=True),
-    Claim("decay_above_ema", "Key–value binding beats EMA at recall (MQAR accuracy, decay_linear_attn − "
-          "ema > 0)", "EMA < fixed decay < gated < softmax", "[A] [S]",
-          "decay_linear_attn and ema on a shared MQAR size", *_above_on_mqar("decay_linear_attn", "ema"),
-          recall=True),
+    Claim("gated_above_decay", "Input-dependent selection beats fixed decay at recall, at matched state (MQAR "
+          "accuracy, gated_linear_attn − decay_linear_attn, interpolated on log state floats, > 0 beyond the "
+          f"spread at {MIN_MATCHED} or more matched sizes)", "EMA < fixed decay < gated < softmax", "[A] [S]",
+          "gated_linear_attn and decay_linear_attn on MQAR at two widths or more whose states overlap",
+          _no_cells, _no_delta, recall=True, matched=("gated_linear_attn", "decay_linear_attn")),
+    Claim("decay_above_ema", "Key–value binding beats EMA at recall, at matched state (MQAR accuracy, "
+          "decay_linear_attn − ema, interpolated on log state floats, > 0 beyond the spread at "
+          f"{MIN_MATCHED} or more matched sizes)", "EMA < fixed decay < gated < softmax", "[A] [S]",
+          "decay_linear_attn and ema on MQAR at two widths or more whose states overlap",
+          _no_cells, _no_delta, recall=True, matched=("decay_linear_attn", "ema")),
 )
 
 # The checks of the harness: they hold by construction (a window cannot see past its reach; an EMA
@@ -499,6 +585,9 @@ class ClaimVerdict:
                 return f"{what}: {self.word}.{note}"
             return f"{what}: {self.word} by these runs (it needs {self.claim.needs.format(reach=self.reach)})."
         over = f" over {self.over}" if self.over else ""
+        if self.claim.matched and d.n >= VERDICT_MIN_SEEDS:  # judged state by state: the mean Δ is a summary
+            return (f"{what}: mean Δ = {d.mean:+.4f} across {d.n} seeds{over} (each state by the rule: "
+                    f"|mean Δ| > {VERDICT_K:g} × std) — {self.word}.{note}")
         if d.n < VERDICT_MIN_SEEDS:
             return f"{what}: Δ = {d.mean:+.4f}{over} — {self.word}.{note}"
         return (f"{what}: Δ = {d.mean:+.4f}{over}, std {d.std:.4f} across {d.n} seeds (threshold "
@@ -518,9 +607,11 @@ def _floor_note(g: Grid, keys: Iterable[Key]) -> str:
             "accuracy is set against chance alone.")
 
 
-def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WINDOW_REACH) -> list[ClaimVerdict]:
+def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WINDOW_REACH,
+                   recall: Iterable[Mapping[str, Any]] | None = None) -> list[ClaimVerdict]:
     """Each of CLAIMS, then each of SANITY_CHECKS, judged by VERDICT_RULE from ``boundary_accuracy`` rows
-    (dicts, or a DataFrame).
+    (dicts, or a DataFrame), and the recall claims from ``recall``, the ``boundary_recall_state`` rows
+    of the same runs (none: those claims are not measured).
 
     ``reach``: how far back window_k sees in these runs (:func:`reach_of` the run's model section); a
     distance beyond it is "at a distance".  A seed counts only when it holds every cell compared.
@@ -529,6 +620,10 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
     under = undertrained_text(g)
     out = []
     for c in (*CLAIMS, *SANITY_CHECKS):
+        if c.matched:
+            s, verdict, over = _matched_verdict(c, recall, undertrained_mqar(g))
+            out.append(ClaimVerdict(c, s, verdict, over, reach, under))
+            continue
         keys, over = c.select(g, reach)
         deltas = []
         if keys:

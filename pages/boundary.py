@@ -255,7 +255,7 @@ with ours_col:
 everyone = measured_order(rows, task)
 st.caption(f"Every mixer of these runs on {task_label(task)}, weakest first: "
            + ", ".join(f"{m} {acc:.3f}" for m, acc in everyone) + ".")
-verdicts = claim_verdicts(rows, reach=reach)
+verdicts = claim_verdicts(rows, reach=reach, recall=recall)
 claims, checks = claims_and_checks(verdicts)
 st.markdown("**The paper's claims**, each of which these tasks could refute")
 if len(seeds) < VERDICT_MIN_SEEDS:

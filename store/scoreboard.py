@@ -20,7 +20,7 @@ from ema_core.boundary_findings import claim_verdicts, runs_reach
 from ema_core.content_findings import HEADLINE_VARIANT, ablation_verdict, gap_verdicts, headline_verdict
 from ema_core.scoreboard import STUDIES, Score, boundary_scores, content_scores, depth_scores, structure_scores
 from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
-from store.boundary import boundary_accuracy
+from store.boundary import boundary_accuracy, boundary_recall_state
 from store.content import lm_final_losses, lm_runs, lm_token_class_pairs
 from store.depth import depth_results
 from store.queries import config_id, config_without_seed, list_runs
@@ -104,7 +104,8 @@ def _boundary(home: Path | None) -> Judged:
     best = _best_group(groups)
     ids = groups[best]["runs"]
     picked = rows[rows["run_id"].isin(ids)]
-    verdicts = claim_verdicts(picked, reach=runs_reach(configs[r] for r in ids))
+    verdicts = claim_verdicts(picked, reach=runs_reach(configs[r] for r in ids),
+                              recall=boundary_recall_state(list(ids), home=home))
     return Judged("boundary", tuple(ids), tuple(sorted(groups[best]["seeds"])), best,
                   (config_without_seed(configs[ids[0]]),), _span(configs[ids[0]]), boundary_scores(verdicts))
 

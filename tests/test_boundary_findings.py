@@ -63,6 +63,33 @@ def paper_like(seeds=SEEDS):
     return rows
 
 
+# Recall against state: each mixer's MQAR accuracy at its widths, by the state floats each keeps (EMA's
+# grow with the width, the linear attentions' with its square), at one size.
+EMA_STATES, KV_STATES = (48, 96, 192, 384), (64, 192, 640, 2304)
+
+
+def recall_row(mixer, seed, floats, accuracy, size="pairs=4,T=64"):
+    return {"mixer": mixer, "difficulty": size, "d": 8, "seed": seed, "accuracy": accuracy,
+            "dev_accuracy": accuracy, "chance": 0.01, "lr": 0.01, "state_floats": floats, "params": 1000}
+
+
+def recall_like(seeds=SEEDS, size="pairs=4,T=64"):
+    """decay_linear_attn above ema at every matched state (by 0.3 + w beyond the overlap's start), and
+    gated_linear_attn 0.2 + w above decay_linear_attn at every width (their states are equal)."""
+    rows = []
+    for i, s in enumerate(seeds):
+        w = 0.01 * i
+        rows += [recall_row("ema", s, x, 0.05 + 0.01 * j, size) for j, x in enumerate(EMA_STATES)]
+        rows += [recall_row("decay_linear_attn", s, x, 0.4 + w + 0.1 * j, size) for j, x in enumerate(KV_STATES)]
+        rows += [recall_row("gated_linear_attn", s, x, 0.6 + 2 * w + 0.1 * j, size) for j, x in enumerate(KV_STATES)]
+    return rows
+
+
+def judged(rows=None, recall=None, **kw):
+    return by_key(claim_verdicts(paper_like() if rows is None else rows,
+                                 recall=recall_like() if recall is None else recall, **kw))
+
+
 def by_key(verdicts):
     return {v.claim.key: v for v in verdicts}
 
@@ -122,7 +149,7 @@ def test_claims_and_sanity_checks_are_apart():
     assert {c.key for c in CLAIMS} == {"ema_structure_beyond_repetition", "ema3_structure_beyond_repetition",
                                        "ema_structure_over_content4", "ema3_structure_over_content4",
                                        "gated_above_decay", "decay_above_ema"}
-    claims, checks = claims_and_checks(claim_verdicts(paper_like()))
+    claims, checks = claims_and_checks(claim_verdicts(paper_like(), recall=recall_like()))
     assert [v.claim.key for v in claims] == [c.key for c in CLAIMS]
     assert [v.claim.key for v in checks] == [c.key for c in SANITY_CHECKS]
     # A check that holds is worded as holding, not as a paper claim reproduced.
@@ -130,7 +157,7 @@ def test_claims_and_sanity_checks_are_apart():
 
 
 def test_every_claim_of_a_paper_shaped_map_is_reproduced_and_every_check_holds():
-    v = by_key(claim_verdicts(paper_like()))
+    v = judged()
     assert {k: x.verdict for k, x in v.items()} == dict.fromkeys(v, "reproduced")
     # structure above its floor at ρ = 0, at k = 16 and 32 (beyond the reach of 10; k = 8 is within it
     # and left out): 0.2 + 4w/3, w = 0, 0.01, 0.02
@@ -149,8 +176,14 @@ def test_every_claim_of_a_paper_shaped_map_is_reproduced_and_every_check_holds()
     assert rec.over == "13 cells of agree_structure, agree_content4, mqar, lag_identity"
     seq = v["sequence_recovers_content"]
     assert seq.over == "agree_content4 k=32,rho=0, lag_identity k=32" and seq.delta.mean == pytest.approx(0.3075)
-    assert v["gated_above_decay"].delta.mean == pytest.approx(0.3)
-    assert v["decay_above_ema"].delta.mean == pytest.approx(0.3) and v["decay_above_ema"].delta.std == pytest.approx(0)
+    # gated − decay at their four shared states, 0.2 + w at each
+    gated = v["gated_above_decay"]
+    assert gated.delta.mean == pytest.approx(0.21) and gated.over.startswith("4 matched states")
+    assert "beyond the spread above 0 at 4, below 0 at 0" in gated.over
+    # decay − ema where their curves overlap (64 … 384 floats): 64, 96, 192, 384
+    decay = v["decay_above_ema"]
+    assert decay.over.startswith("4 matched states (pairs=4,T=64 at 64 floats") and "at 384 floats" in decay.over
+    assert "at 2,304 floats" not in decay.over  # beyond EMA's widest: never extrapolated
     # the window beyond its reach: 0.1 − accuracy above chance (w / 7.5)
     win = v["window_at_chance"]
     assert win.over == "agree_content4 k=16,rho=0, k=32,rho=0" and win.delta.mean == pytest.approx(0.1 - 0.01 / 7.5)
@@ -158,30 +191,63 @@ def test_every_claim_of_a_paper_shaped_map_is_reproduced_and_every_check_holds()
     assert win.sentence.endswith("— holds.")
 
 
+def _two_widths(gains, base=0.5):
+    """gated and decay at the same two states; gated ahead by ``gains`` (one per seed) at both."""
+    rows = []
+    for s, gain in zip(SEEDS, gains):
+        for x in (64, 192):
+            rows += [recall_row("gated_linear_attn", s, x, base + gain), recall_row("decay_linear_attn", s, x, base)]
+    return rows
+
+
 def test_beyond_is_strict_at_exactly_two_stds():
     # Δ = 0.125, 0.25, 0.375 (exact in binary): mean 0.25 = 2 × std 0.125 exactly, which is not beyond.
     at = spread([0.125, 0.25, 0.375])
     assert at.mean == 2 * at.std and at.beyond is False and judge(at) == "inconclusive"
     assert judge(Spread(-0.25, 0.125, 3)) == "inconclusive"
-    rows = []
-    for s, gain in zip(SEEDS, (0.125, 0.25, 0.375)):
-        rows += [row("gated_linear_attn", "mqar", 4, s, 0.5 + gain, 0.01), row("decay_linear_attn", "mqar", 4, s, 0.5, 0.01)]
-    v = by_key(claim_verdicts(rows))["gated_above_decay"]
+    recall = _two_widths((0.125, 0.25, 0.375))
+    v = judged(recall=recall)["gated_above_decay"]
     assert v.delta.mean == 2 * v.delta.std and v.verdict == "inconclusive"
-    # A hair more on one seed and the same Δ is beyond: the rule is not vacuous at the edge.
-    rows[0]["accuracy"] += 1 / 64
-    v = by_key(claim_verdicts(rows))["gated_above_decay"]
+    # A hair more on one seed and the same Δ is beyond at both states: the rule is not vacuous at the edge.
+    recall = _two_widths((0.125 + 1 / 64, 0.25, 0.375))
+    v = judged(recall=recall)["gated_above_decay"]
     assert v.delta.mean > 2 * v.delta.std and v.verdict == "reproduced"
     # Seeds agreeing exactly on Δ = 0: the test rejects neither side.
     assert judge(Spread(0.0, 0.0, 5)) == "inconclusive"
 
 
+def test_a_recall_claim_needs_two_matched_states_beyond_the_spread():
+    # Ahead at one state only (the other within the spread): not reproduced, not "reproduced" either.
+    recall = []
+    for s, w in zip(SEEDS, (0.0, 0.01, 0.02)):
+        recall += [recall_row("gated_linear_attn", s, 64, 0.8 + w), recall_row("decay_linear_attn", s, 64, 0.5),
+                   recall_row("gated_linear_attn", s, 192, 0.5 + (0.1, -0.1, 0.05)[SEEDS.index(s)]),
+                   recall_row("decay_linear_attn", s, 192, 0.5)]
+    v = judged(recall=recall)["gated_above_decay"]
+    assert v.verdict == "inconclusive" and "above 0 at 1, below 0 at 0" in v.over
+    # One width per mixer: no curve to match on, not measured.
+    one = [r for r in recall if r["state_floats"] == 64]
+    v = judged(recall=one)["gated_above_decay"]
+    assert not v.measured and "two widths or more" in v.sentence
+
+
+def test_accuracy_at_a_matched_state_is_read_off_each_curve_in_log_state():
+    # EMA at 48 and 96 floats (0.05, 0.06) read at 64: 0.05 + 0.01 · log(64/48) / log 2
+    got = bf.matched_deltas(recall_like(), "decay_linear_attn", "ema")
+    assert [x for _, x in got] == [64, 96, 192, 384]
+    ema_64 = 0.05 + 0.01 * math.log(64 / 48) / math.log(2)
+    assert got[("pairs=4,T=64", 64)][0] == pytest.approx(0.4 - ema_64)
+    decay_96 = 0.4 + 0.1 * math.log(96 / 64) / math.log(3)
+    assert got[("pairs=4,T=64", 96)][0] == pytest.approx(decay_96 - 0.06)
+    assert bf._at_state([(10, 0.1), (20, 0.2)], 40) is None and bf._at_state([(10, 0.1), (20, 0.2)], 5) is None
+
+
 def test_no_claim_is_judged_on_fewer_than_three_seeds():
     assert VERDICT_MIN_SEEDS == 3
     for seeds, words in (((7,), "not judged: 1 seed"), ((7, 8), "not judged: 2 seeds")):
-        v = by_key(claim_verdicts(paper_like(seeds=seeds)))
+        v = judged(paper_like(seeds=seeds), recall_like(seeds=seeds))
         assert all(x.verdict == "not_judged" and x.word == words and x.delta.n == len(seeds) for x in v.values())
-        assert v["gated_above_decay"].delta.mean == pytest.approx(0.3)  # measured, shown, not judged
+        assert v["gated_above_decay"].delta.mean == pytest.approx(0.2 + 0.005 * (len(seeds) - 1))  # shown, not judged
         assert v["gated_above_decay"].sentence.endswith(f"— {words}.")
     # Two seeds whose Δ agree perfectly would pass the old two-seed rule; they are not judged now.
     assert judge(Spread(0.3, 0.0, 2)) == "not_judged" and judge(Spread(0.3, 0.0, 3)) == "reproduced"
@@ -204,21 +270,21 @@ def test_the_rule_is_a_paired_t_test_and_says_its_level():
 
 
 def test_a_reversed_hierarchy_is_not_reproduced():
-    rows = [r for r in paper_like() if not (r["task"] == "mqar" and r["mixer"] in ("ema", "decay_linear_attn"))]
-    for s, w in zip(SEEDS, (0.0, 0.01, 0.02)):
-        rows += [row("ema", "mqar", 4, s, 0.5 + w, chance=0.01), row("decay_linear_attn", "mqar", 4, s, 0.2, 0.01)]
-    v = by_key(claim_verdicts(rows))["decay_above_ema"]
-    assert v.verdict == "not_reproduced" and v.word == "not reproduced"
-    assert v.delta.mean == pytest.approx(-0.31) and v.delta.n == 3
-    assert v.sentence.startswith("Key–value binding beats EMA") and "Δ = -0.3100 over pairs=4,T=64" in v.sentence
+    recall = [r for r in recall_like() if r["mixer"] != "ema"]
+    for i, s in enumerate(SEEDS):  # EMA far ahead at every state it reaches
+        recall += [recall_row("ema", s, x, 0.9 + 0.01 * i) for x in (64, 192, 384)]
+    v = judged(recall=recall)["decay_above_ema"]
+    assert v.verdict == "not_reproduced" and v.word == "not reproduced" and v.delta.n == 3
+    assert "above 0 at 0, below 0 at 3" in v.over
+    assert v.sentence.startswith("Key–value binding beats EMA at recall, at matched state")
 
 
 def test_a_difference_within_the_spread_is_inconclusive():
-    rows = []
+    recall = []
     for s, d in zip(SEEDS, (0.1, -0.1, 0.05)):
-        rows += [row("gated_linear_attn", "mqar", 4, s, 0.5 + d, 0.01),
-                 row("decay_linear_attn", "mqar", 4, s, 0.5, 0.01)]
-    v = by_key(claim_verdicts(rows))["gated_above_decay"]
+        for x in (64, 192):
+            recall += [recall_row("gated_linear_attn", s, x, 0.5 + d), recall_row("decay_linear_attn", s, x, 0.5)]
+    v = judged(recall=recall)["gated_above_decay"]
     assert v.verdict == "inconclusive" and v.delta.n == 3 and v.delta.mean == pytest.approx(0.05 / 3)
 
 
@@ -226,22 +292,23 @@ def test_recall_claims_leave_out_the_sizes_softmax_did_not_learn():
     # A second MQAR size, 16 pairs, where softmax got a fifth of the way from chance (under-trained):
     # the recall claims keep to 4 pairs, and say which size they left out and why.
     rows = paper_like()
+    recall = recall_like()
     for s in SEEDS:
         # test accuracy high, dev low: dev decides (which sizes count is a choice, never made on test)
-        rows += [dict(row("softmax", "mqar", 16, s, 0.99, chance=0.01), dev_accuracy=0.208),
-                 row("ema", "mqar", 16, s, 0.9, chance=0.01),  # would reverse decay_above_ema if counted
-                 row("decay_linear_attn", "mqar", 16, s, 0.1, chance=0.01),
-                 row("gated_linear_attn", "mqar", 16, s, 0.1, chance=0.01)]
+        rows += [dict(row("softmax", "mqar", 16, s, 0.99, chance=0.01), dev_accuracy=0.208)]
+        recall += [recall_row(m, s, x, acc, "pairs=16,T=64") for m, xs, acc in
+                   (("ema", EMA_STATES, 0.9), ("decay_linear_attn", KV_STATES, 0.1),  # would reverse if counted
+                    ("gated_linear_attn", KV_STATES, 0.05)) for x in xs]
     assert bf.undertrained_mqar(rows) == {"pairs=16,T=64": pytest.approx(0.2)}
-    v = by_key(claim_verdicts(rows))
+    v = judged(rows, recall)
     for key in ("gated_above_decay", "decay_above_ema"):
-        assert v[key].verdict == "reproduced" and v[key].over == "pairs=4,T=64", key
+        assert v[key].verdict == "reproduced" and "pairs=16" not in v[key].over, key
         assert "MQAR is under-trained at this budget" in v[key].sentence and "0.20 at pairs=16,T=64" in v[key].sentence
     assert v["window_at_chance"].note == ""  # reads no MQAR cell
     assert v["recipe_works"].note == v["decay_above_ema"].note  # keeps the sizes, says why it fails there
     # Every size under-trained: the recall claims are not judged, and say why (not "not measured").
     low = [dict(r, dev_accuracy=0.1) if (r["mixer"], r["task"]) == ("softmax", "mqar") else r for r in rows]
-    v = by_key(claim_verdicts(low))
+    v = judged(low, recall)
     for key in ("gated_above_decay", "decay_above_ema"):
         assert v[key].verdict == "inconclusive" and v[key].delta.n == 0
         assert "not judged" in v[key].sentence and "under-trained" in v[key].sentence

@@ -54,7 +54,7 @@ def runs(boundary_home, monkeypatch):
 def _verdicts(run_ids):
     """The findings' verdicts of these runs, at the reach of their own body (as the page reads it)."""
     cfg = build_config("boundary", overrides=TINY).model_dump(mode="json")
-    return claim_verdicts(boundary_accuracy(run_ids), reach=reach_of(cfg["model"]))
+    return claim_verdicts(boundary_accuracy(run_ids), reach=reach_of(cfg["model"]), recall=boundary_recall_state(run_ids))
 
 
 def _verdict_lines(at: AppTest) -> list[str]:
