@@ -672,6 +672,16 @@ def measured_order(rows: Iterable[Mapping[str, Any]], task: str = "mqar", *,
 # confirming run like every threshold here.
 RECALL_LEVEL = 0.9
 
+# Zoology's published recall against state (Arora et al. 2023–24, MQAR; read from their figures), drawn
+# as labelled reference markers beside this map's own curves: another setting (2 layers, vocabulary
+# 8,192, longer sequences and training), so a marker says where the field's models sit, not what these
+# runs should reach.  (label, state floats, MQAR accuracy).
+ZOOLOGY_SETTING = "zoology: 2 layers, vocabulary 8,192"
+ZOOLOGY_RECALL: tuple[tuple[str, float, float], ...] = (
+    ("GLA", 4.7e3, 0.53), ("GLA", 1.8e4, 0.77), ("DeltaNet", 9e3, 0.79),
+    ("sliding window", 1e4, 0.08), ("sliding window", 6.6e4, 0.51),
+)
+
 
 def recall_frontier(rows: Iterable[Mapping[str, Any]], level: float = RECALL_LEVEL) -> dict[tuple[str, str], float]:
     """(mixer, MQAR size) -> the smallest state (floats per sequence) at which the mean test accuracy over

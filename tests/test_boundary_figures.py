@@ -11,7 +11,7 @@ import pytest
 from ema_core import palette
 from ema_core.boundary_findings import FLOOR_MIXER as FLOOR, normalised
 from ema_core.figures import chart_to_png, chart_to_svg
-from ema_core.boundary_findings import RECALL_LEVEL
+from ema_core.boundary_findings import RECALL_LEVEL, ZOOLOGY_RECALL
 from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, dev_curve_chart,
                                        difficulty_order, dose_frame, dose_response_chart, heat_map, mixer_order,
                                        mqar_chart, recall_figures, recall_state_chart, recall_state_frame, run_figures)
@@ -275,7 +275,14 @@ def test_the_recall_chart_marks_the_smallest_state_reaching_the_bar_per_mixer():
     assert line["encoding"]["x"]["field"] == "state_floats" and line["encoding"]["x"]["scale"]["type"] == "log"
     assert _color_map(line) == {m: palette.mixer_color(m) for m in ["window_k", "ema", "gated_linear_attn", "softmax"]}
     ring = next(layer for layer in layers if layer["mark"]["type"] == "point")
-    assert ring["transform"] == [{"filter": "datum.reaches"}] and ring["mark"]["filled"] is False
+    assert ring["transform"][-1] == {"filter": "datum.reaches"} and ring["mark"]["filled"] is False
+    # zoology's published points, labelled, in every facet, never one of this map's mixers
+    published = [layer for layer in layers if layer.get("transform") == [{"filter": "!(datum.ref === '')"}]]
+    assert [layer["mark"]["type"] for layer in published] == ["point", "text"]
+    refs = _data(spec).dropna(subset=["ref"])
+    refs = refs[refs["ref"] != ""]
+    assert len(refs) == 2 * len(ZOOLOGY_RECALL) and set(refs["ref"]) == {"GLA", "DeltaNet", "sliding window"}
+    assert refs["mixer"].isna().all() and "2 layers, vocabulary 8,192" in json.dumps(spec["title"])
     bar = next(layer for layer in layers if layer["mark"]["type"] == "rule" and "level" in json.dumps(layer["encoding"]))
     assert set(_data(spec)["level"]) == {RECALL_LEVEL} and bar["mark"]["color"] == palette.REFERENCE_COLOR
     assert spec["facet"]["sort"] == ["pairs=4,T=64", "pairs=16,T=64"]  # by pairs, not by the alphabet

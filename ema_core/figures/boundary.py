@@ -18,8 +18,9 @@ import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, RECALL_LEVEL, above_floor, baseline,
-                                       level_of, normalised, recall_frontier, redundancy_of)
+from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, RECALL_LEVEL, ZOOLOGY_RECALL,
+                                       ZOOLOGY_SETTING, above_floor, baseline, level_of, normalised, recall_frontier,
+                                       redundancy_of)
 from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH, WIDTH,
                               chart_title, color_scale, facet_grid, legend, with_layout)
 from ema_core.mixers import MIXER_NAMES
@@ -39,9 +40,9 @@ CELL, CELL_MIN = 38, 24
 _MAP_AXIS, _MAP_GAP = 135, 20  # the mixers' names beside the first facet; the gap between facets
 MQAR_COLUMNS = 4  # MQAR sizes per row of facets at most (the full preset has 11)
 # The crossing chart sets mixers slightly apart along k (a fraction of an octave each, in the
-# hierarchy's order), so that two mixers with the same accuracy (ema3_seq and softmax, both perfect)
-# both show; the tooltip keeps the true k.
-DODGE_OCTAVES = 0.05
+# hierarchy's order, all of them within DODGE_SPAN of the true k), so that two mixers with the same
+# accuracy (ema3_seq and softmax, both perfect) both show; the tooltip keeps the true k.
+DODGE_OCTAVES, DODGE_SPAN = 0.05, 0.18  # under a fifth of an octave either side
 GROUP = ["mixer", "task", "difficulty", "level", "seq_len"]
 DEFINED = "isValid(datum.above) && isFinite(datum.above)"  # a cell's accuracy above its base exists
 
@@ -267,8 +268,9 @@ def crossing_chart(frame: pd.DataFrame) -> alt.LayerChart:
     ks = sorted(set(int(k) for k in df["level"]))
     # Each mixer a little apart along k (in the hierarchy's order, centred on k): equal accuracies
     # (two perfect mixers) would otherwise draw one line over the other.
-    offset = {m: DODGE_OCTAVES * (i - (len(mixers) - 1) / 2) for i, m in enumerate(mixers)}
-    spread = DODGE_OCTAVES * (len(mixers) - 1) / 2
+    step = min(DODGE_OCTAVES, 2 * DODGE_SPAN / max(len(mixers) - 1, 1))
+    offset = {m: step * (i - (len(mixers) - 1) / 2) for i, m in enumerate(mixers)}
+    spread = step * (len(mixers) - 1) / 2
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
                      k_drawn=[k * 2.0 ** offset[m] for k, m in zip(df["level"], df["mixer"])])
     # A single distance would make a log domain of zero width: Vega then picks its own.
@@ -448,10 +450,16 @@ def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
     mixers = mixer_order(df["mixer"])
     sizes = sorted(set(df["difficulty"]), key=lambda d: (level_of(None, d), d))
     data = df.assign(lo=(df["mean"] - df["std"]).clip(lower=0), hi=(df["mean"] + df["std"]).clip(upper=1),
-                     state_floats=df["state_floats"].astype(float), level=RECALL_LEVEL)
+                     state_floats=df["state_floats"].astype(float), level=RECALL_LEVEL, ref="")
+    # Zoology's published points, in every facet (a facet's layers share its data): rows of their own,
+    # told apart by ``ref`` (their label), never a mixer of this map.
+    refs = pd.DataFrame([{"difficulty": size, "state_floats": floats, "mean": acc, "ref": label, "level": RECALL_LEVEL}
+                         for size in sizes for label, floats, acc in ZOOLOGY_RECALL])
+    data = pd.concat([data, refs], ignore_index=True) if len(refs) else data
+    ours = "datum.ref === ''"
     columns, facet_width = facet_grid(len(sizes), max_columns=MQAR_COLUMNS - 1, min_width=180, max_width=260)
     x, y = _recall_axes(data, facet_width)
-    base = alt.Chart().encode(x=x, color=_mixer_color(mixers, PAGE_WIDTH))
+    base = alt.Chart().transform_filter(ours).encode(x=x, color=_mixer_color(mixers, PAGE_WIDTH))
     tooltip = [alt.Tooltip("mixer:N"), alt.Tooltip("difficulty:N", title="MQAR size"), alt.Tooltip("d:Q", title="width"),
                alt.Tooltip("state_floats:Q", format=",.0f", title="state floats"),
                alt.Tooltip("mean:Q", format=".3f", title="recall"), alt.Tooltip("std:Q", format=".3f", title="std (seeds)"),
@@ -464,17 +472,27 @@ def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
         y=y, tooltip=[*tooltip[:4], alt.Tooltip("mean:Q", format=".3f", title=f"first to reach {RECALL_LEVEL:g}")])
     bar = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1).encode(
         y="mean(level):Q", tooltip=[alt.Tooltip("mean(level):Q", title="recall bar")])
-    chance = alt.Chart().mark_rule(color=palette.REFERENCE_COLOR, strokeWidth=1.5, strokeDash=[6, 4]).encode(
+    chance = alt.Chart().transform_filter(ours).mark_rule(
+        color=palette.REFERENCE_COLOR, strokeWidth=1.5, strokeDash=[6, 4]).encode(
         y="mean(chance):Q", tooltip=[alt.Tooltip("mean(chance):Q", format=".3f", title="chance")])
+    published = alt.Chart().transform_filter(f"!({ours})")
+    ref_tooltip = [alt.Tooltip("ref:N", title=ZOOLOGY_SETTING), alt.Tooltip("state_floats:Q", format=",.0f",
+                                                                           title="state floats"),
+                   alt.Tooltip("mean:Q", format=".2f", title="recall (published)")]
+    ref_points = published.mark_point(shape="diamond", size=70, filled=True, color=palette.REFERENCE_COLOR).encode(
+        x=x, y=y, tooltip=ref_tooltip)
+    ref_labels = published.mark_text(align="left", dx=6, dy=-6, fontSize=9, color=palette.REFERENCE_COLOR).encode(
+        x=x, y=y, text="ref:N")
     return with_layout(
-        alt.layer(chance, bar, errors, lines, marks, data=data)
+        alt.layer(chance, bar, errors, lines, marks, ref_points, ref_labels, data=data)
         .properties(width=facet_width, height=200)
         .facet(facet=alt.Facet("difficulty:N", sort=sizes, title=None,
                                header=alt.Header(labelFontSize=12, labelFontWeight="bold")), columns=columns)
         .properties(title=chart_title(
             "MQAR recall against state size, at several widths",
             f"one line per mixer across its widths; ringed: the smallest state reaching {RECALL_LEVEL:g} "
-            f"(grey rule); grey dashes: chance; {_seeds_note(df)}",
+            f"(grey rule); grey dashes: chance; grey diamonds: {ZOOLOGY_SETTING} (published, another setting); "
+            f"{_seeds_note(df)}",
             max(facet_width, columns * (facet_width + 20) - 20)))
     )
 
