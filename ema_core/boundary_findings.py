@@ -356,6 +356,33 @@ def mqar_training(g: Grid) -> dict[str, float]:
     return {d: _mean(v) for d, v in got.items()}
 
 
+# MQAR's recipe bar: softmax attention, which can recall exactly, reaches at least this on every MQAR
+# cell of every seed (zoology's models do), or the page says the recipe failed for that seed.
+SOFTMAX_MQAR_LEVEL = 0.99
+
+
+def recipe_failures(rows_or_grid) -> dict[int, float]:
+    """seed -> softmax's lowest MQAR test accuracy, for each seed where it is below SOFTMAX_MQAR_LEVEL."""
+    g = _as_grid(rows_or_grid)
+    out = {}
+    for seed, cells in sorted(g.seeds.items()):
+        accs = [c.accuracy for (m, t, _), c in cells.items() if m == "softmax" and t == "mqar"]
+        if accs and min(accs) < SOFTMAX_MQAR_LEVEL:
+            out[seed] = min(accs)
+    return out
+
+
+def recipe_failures_text(rows_or_grid) -> str:
+    """One sentence naming the seeds where softmax missed MQAR's bar; empty where it met it everywhere."""
+    failed = recipe_failures(rows_or_grid)
+    if not failed:
+        return ""
+    where = ", ".join(f"seed {s} ({acc:.3f})" for s, acc in failed.items())
+    return (f"The MQAR recipe failed for {where}: softmax attention, which can recall exactly, stayed below "
+            f"{SOFTMAX_MQAR_LEVEL:g} on an MQAR cell, so that seed's recall numbers say how far training got as "
+            "much as what each mixer can hold.")
+
+
 def _as_grid(rows_or_grid) -> Grid:
     return rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
 

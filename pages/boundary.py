@@ -5,8 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.boundary_findings import (FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS, VERDICT_RULE,
-                                       claim_verdicts, claims_and_checks, measured_order, recall_frontier, runs_reach,
-                                       undertrained_text)
+                                       claim_verdicts, claims_and_checks, measured_order, recall_frontier,
+                                       recipe_failures_text, runs_reach, undertrained_text)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.figures.boundary import (boundary_frame, crossing_chart, crossing_frame, dev_curve_chart, dose_frame,
                                        dose_response_chart, heat_map, mixer_order, mqar_chart, recall_state_chart,
@@ -216,6 +216,8 @@ else:
 under = undertrained_text(rows) if "mqar" in present else ""
 if under:
     st.warning(under, icon=":material/hourglass_empty:")
+if failed := recipe_failures_text(rows):
+    st.warning(failed, icon=":material/error:")
 
 # -- the learning rates ---------------------------------------------------------------------------------
 with st.expander("Dev accuracy per learning rate"):

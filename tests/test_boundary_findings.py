@@ -414,6 +414,16 @@ def test_claims_the_runs_do_not_hold_are_not_measured():
     assert v["ema_structure_over_content4"].verdict == "reproduced"
 
 
+def test_the_mqar_recipe_fails_by_seed_where_softmax_misses_its_bar():
+    rows = paper_like()  # softmax's MQAR cell at 0.98 − w/2: below 0.99 at every seed
+    assert bf.recipe_failures(rows) == {1: pytest.approx(0.98), 2: pytest.approx(0.975), 3: pytest.approx(0.97)}
+    rows = [dict(r, accuracy=0.995) if (r["mixer"], r["task"], r["seed"]) in {("softmax", "mqar", 1), ("softmax", "mqar", 3)}
+            else r for r in rows]
+    assert bf.recipe_failures(rows) == {2: pytest.approx(0.975)}
+    assert bf.recipe_failures_text(rows).startswith("The MQAR recipe failed for seed 2 (0.975)")
+    assert bf.recipe_failures_text([dict(r, accuracy=0.999) if r["task"] == "mqar" else r for r in rows]) == ""
+
+
 def test_a_frame_reads_as_its_rows_and_unscored_rows_are_left_out():
     rows = paper_like()
     expected = [x.delta for x in claim_verdicts(rows)]

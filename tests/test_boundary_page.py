@@ -14,7 +14,8 @@ from boundary_fixture import MIXERS as RUN_MIXERS, TINY, make_boundary_runs
 from ema_core import palette
 from ema_core.boundary import TASKS
 from ema_core.boundary_findings import (PAPER_HIERARCHY, RECALL_LEVEL, VERDICT_RULE, claim_verdicts, claims_and_checks,
-                                       measured_order, reach_of, recall_frontier, undertrained_text)
+                                       measured_order, reach_of, recall_frontier, recipe_failures_text,
+                                       undertrained_text)
 from ema_core.experiments import build_config
 from ema_core.mixers import MIXER_NAMES
 from ema_core.scoreboard import boundary_scores
@@ -137,6 +138,9 @@ def test_a_real_run_draws_the_map_the_curves_and_the_recall_chart(runs):
     # Under the MQAR chart, the sizes softmax did not learn, in the findings' own words (none: no box).
     under = undertrained_text(rows)
     assert [w.value for w in at.warning if w.value.startswith("MQAR is under-trained")] == ([under] if under else [])
+    # and the seeds where softmax missed MQAR's 0.99, by name (at these tiny sizes, surely some)
+    failed = recipe_failures_text(rows)
+    assert failed and [w.value for w in at.warning if w.value.startswith("The MQAR recipe failed")] == [failed]
 
 
 def test_the_page_sets_the_papers_hierarchy_beside_the_measured_one_and_judges_each_claim(runs):
