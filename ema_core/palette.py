@@ -10,7 +10,8 @@ Three families, so that one hue never means two unrelated things:
 
 - **Mechanisms** (how a model keeps its context) take Tableau-10 hues, one family each, on every page:
   a fixed window grey, the fixed-decay EMA traces the cool hues (blue, teal, green), a learned
-  recurrence purple, linear attention orange (pink where it is gated), softmax attention red.  The
+  recurrence purple, linear attention orange (pink where the input sets how its state changes: the
+  gate, and a deeper pink for the delta rule), softmax attention red.  The
   boundary map's mixers, the content study's predictors and the structure study's feature sets are
   the same mechanisms, so they share these hues: softmax attention is the same red on the Boundary
   map and on Content.
@@ -53,12 +54,18 @@ EMA_SEQUENCE = "#54a24b"  # a sequence of trace states
 LEARNED = "#b279a2"  # a learned recurrence (a learned decay; the BiGRU)
 LINEAR_ATTENTION = ("#f58518", "#ffbf79", "#b5560b")  # on the state; on past states (lighter); on raw tokens (darker)
 GATED_ATTENTION = "#ff9da6"  # linear attention with a data-dependent gate: between linear and softmax
+# The delta rule: its write erases along the key before adding (an input-set transition, as the gate's,
+# but not diagonal), so a deeper pink, darker than OTHER_COLOR's so an unknown series is not read as it.
+DELTA_RULE = "#a93a73"
 SOFTMAX_ATTENTION = ("#e45756", "#ff9d98", "#a3302f")  # likewise, shade by shade
 
 # The boundary study: the colour of each context mixer, by name, in the hierarchy's order.
+# Plain linear attention (no decay) takes the family's lighter shade, the content study's linear attention
+# over a sequence of past states: the same mechanism (φ = elu + 1, a normaliser, nothing decays).
 _MIXER_HUES = {
     "window_k": WINDOW, "ema": EMA, "ema3": EMA_MULTI, "ema3_seq": EMA_SEQUENCE, "diag_decay": LEARNED,
-    "decay_linear_attn": LINEAR_ATTENTION[0], "gated_linear_attn": GATED_ATTENTION, "softmax": SOFTMAX_ATTENTION[0],
+    "linear_attn": LINEAR_ATTENTION[1], "decay_linear_attn": LINEAR_ATTENTION[0],
+    "gated_linear_attn": GATED_ATTENTION, "delta_net": DELTA_RULE, "softmax": SOFTMAX_ATTENTION[0],
 }
 # A mixer without a hue above (a researcher's own) gets one of these, picked by a checksum of its
 # name, so it keeps its colour across charts, pages and server restarts (Python's hash() does not).

@@ -12,6 +12,7 @@ import torch
 from ema_core.mixers import MIXER_NAMES
 from ema_core.mixers.base import Mixer, check_input
 from ema_core.mixers.causality import check_causal
+from ema_core.mixers.delta import delta_chunked, delta_steps
 from ema_core.mixers.recurrent import GatedLinearAttention
 from ema_core.mixers.registry import CLASSES, MIXERS, build_mixer, by_name, mixer_options
 
@@ -268,7 +269,7 @@ def test_the_body_reads_conv_from_its_settings_and_none_where_it_has_no_such_set
     assert net.conv == 4 and net.blocks[0].conv.width == 4 and net.blocks[0].mixer.k == 4
 
 
-@pytest.mark.parametrize("name", ["decay_linear_attn", "gated_linear_attn"])
+@pytest.mark.parametrize("name", ["decay_linear_attn", "gated_linear_attn", "delta_net"])
 def test_the_linear_attentions_end_in_a_per_head_norm_and_an_output_gate(name):
     mixer = build_mixer(name, D, seed=5).double()
     mixer.norm_eps = 0.0  # (its ε only keeps a zero output finite)
@@ -293,7 +294,7 @@ def test_the_gated_decay_is_a_low_rank_gate_with_a_bias():
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 16, 100])
-@pytest.mark.parametrize("name", ["decay_linear_attn", "gated_linear_attn"])
+@pytest.mark.parametrize("name", ["linear_attn", "decay_linear_attn", "gated_linear_attn", "delta_net"])
 def test_any_chunk_size_gives_the_reference_sums(name, chunk, monkeypatch):
     mixer = build_mixer(name, D, seed=6).double()
     monkeypatch.setattr(type(mixer), "chunk", chunk)
@@ -332,3 +333,47 @@ def test_gates_that_close_inside_a_chunk_take_the_direct_form_exactly(bias):
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters())
     torch.testing.assert_close(y32.double(), grads[1][0], rtol=1e-4, atol=1e-4)
     check_causal(mixer, T=40)
+
+
+def test_plain_linear_attention_is_a_normalised_mean_of_the_values_with_no_norm_or_gate():
+    mixer = build_mixer("linear_attn", D, seed=8).double()
+    assert {n for n, _ in mixer.named_parameters()} == {"q.weight", "k.weight", "v.weight", "out.weight"}
+    assert mixer.state_floats(10) == 4 * 4 * 4 + 4 * 4  # S and z of each of the 4 heads of 4
+    mixer.eps = 0.0  # (its ε only guards the division)
+    with torch.no_grad():  # the values are the inputs, and W_o shows each head's output as it is
+        mixer.v.weight.copy_(torch.eye(D))
+        mixer.out.weight.copy_(torch.eye(D))
+    x = _x(T=40)
+    x[..., ::4] = 1.0  # each head's first channel: the value 1 at every step
+    y = mixer(x)
+    # the weights φ(q_t)·φ(k_s) / Σ_s φ(q_t)·φ(k_s) sum to 1: a constant value comes back as it is
+    torch.testing.assert_close(y[..., ::4], torch.ones_like(y[..., ::4]), rtol=0, atol=1e-12)
+    # and, all positive, they keep every output between the smallest and largest value so far
+    assert (y >= x.cummin(1).values - 1e-12).all() and (y <= x.cummax(1).values + 1e-12).all()
+
+
+@pytest.mark.parametrize("path", [lambda *a: delta_chunked(*a, chunk=1), lambda *a: delta_chunked(*a, chunk=3),
+                                  lambda *a: delta_chunked(*a, chunk=100), delta_steps],
+                         ids=["chunk=1", "chunk=3", "chunk=100", "steps"])
+def test_the_delta_rule_with_beta_one_writes_each_value_under_its_key_replacing_the_old(path):
+    g = torch.Generator().manual_seed(11)
+    basis = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))[0].T  # orthonormal keys
+    order = [0, 1, 2, 3, 1, 2, 1]  # keys 1 and 2 written again, with new values
+    k = basis[order][None, None]  # (1, 1, 7, 4)
+    v = torch.randn(1, 1, 7, 5, generator=g, dtype=torch.float64)
+    o, S = path(k, k, v, torch.ones(1, 1, 7, dtype=torch.float64))  # read each step with the key just written
+    # reading a key gives the value last written under it, exactly: the write replaced the old one
+    # (linear attention would give the sum of every value written under it)
+    torch.testing.assert_close(o, v, rtol=0, atol=1e-12)
+    last = {key: t for t, key in enumerate(order)}
+    torch.testing.assert_close(basis @ S[0, 0], torch.stack([v[0, 0, last[i]] for i in range(4)]), rtol=0, atol=1e-12)
+
+
+def test_the_delta_rule_reads_unit_keys_and_a_write_strength_per_head():
+    mixer = build_mixer("delta_net", 32, seed=0).double()
+    assert tuple(mixer.beta.weight.shape) == (4, 32) and mixer.state_floats(10) == 4 * 8 * 8
+    q, k, v, beta = mixer._qkvb(_x(T=9).repeat(1, 1, 2))
+    assert q.shape == k.shape == v.shape == (2, 4, 9, 8) and beta.shape == (2, 4, 9)
+    assert ((beta > 0) & (beta < 1)).all()
+    norms = torch.linalg.vector_norm(torch.cat([q, k]), dim=-1)
+    assert ((norms > 1 - 1e-4) & (norms <= 1)).all()  # unit but for the L2 norm's ε

@@ -17,15 +17,18 @@ from __future__ import annotations
 from typing import Literal
 
 # In the order of the paper's hierarchy: no memory beyond a window, fixed-decay EMA, its sequence,
-# learned decay, fixed-decay linear attention, data-dependent decay, softmax attention.
+# learned decay, key–value binding without decay, fixed-decay linear attention, data-dependent decay,
+# the delta rule (a write that replaces what its key held), softmax attention.
 MIXER_NAMES: tuple[str, ...] = (
     "window_k",
     "ema",
     "ema3",
     "ema3_seq",
     "diag_decay",
+    "linear_attn",
     "decay_linear_attn",
     "gated_linear_attn",
+    "delta_net",
     "softmax",
 )
 # A setting that names a mixer takes one of these (the boundary config's ``mixers``).

@@ -2,6 +2,9 @@
 
     diag_decay          h_t = λ ⊙ h_{t−1} + (1 − λ) ⊙ W_in x_t, λ = σ(θ) learned per channel and
                         independent of the input (LRU / S4D-style); y_t = W_out h_t.  State: D floats.
+    linear_attn         Katharopoulos et al.'s: S_t = S_{t−1} + φ(k_t)ᵀ v_t, z_t = z_{t−1} + φ(k_t) per
+                        head, φ = elu + 1, nothing decays; o_t = φ(q_t) S_t / (φ(q_t)·z_t + ε).
+                        State: D²/H + D floats.
     decay_linear_attn   RetNet's retention: S_t = γ_h S_{t−1} + k_tᵀ v_t per head, γ_h fixed
                         (1 − 2^(−5−h)); o_t = q_t S_t.  State: D²/H floats.
     gated_linear_attn   GLA: S_t = diag(α_t) S_{t−1} + k_tᵀ v_t, α_t = σ(W_2 W_1 x_t + b)^(1/16) per
@@ -9,9 +12,13 @@
                         (Mamba-2 with a scalar gate is the special case of one α per head).
                         State: D²/H floats.
 
-Both linear attentions end as their papers do: each head's o_t through an RMS norm (a gain per
-channel, shared by the heads), times an output gate swish(W_r x_t), then W_o.  Neither has a
+(The delta rule, the last rung before softmax, is in :mod:`ema_core.mixers.delta`.)
+
+The decaying linear attentions end as their papers do: each head's o_t through an RMS norm (a gain
+per channel, shared by the heads), times an output gate swish(W_r x_t), then W_o.  Neither has a
 normaliser (a running sum of keys to divide by): the norm is what keeps the output's scale.
+``linear_attn`` is the other way round, as its paper: the normaliser keeps the scale (each head's
+output is a weighted mean of the values so far), and it has no norm and no gate.
 
 The fast paths are chunked (C steps at a time): inside a chunk every pair of steps is weighted by
 the decay between them, the pairs above the diagonal by an exact zero; across chunks the state is
@@ -83,9 +90,84 @@ class DiagDecay(Mixer):
         return self.d
 
 
+class LinearAttention(Mixer):
+    """Linear attention as Katharopoulos et al. (2020, "Transformers are RNNs") write it: φ(x) = elu(x) + 1
+    on queries and keys, per head o_t = φ(q_t) S_t / (φ(q_t)·z_t + ε) with S_t = Σ_{s≤t} φ(k_s)ᵀ v_s and
+    z_t = Σ_{s≤t} φ(k_s), then W_o.
+
+    The hierarchy's rung of binding without decay: every key–value pair written stays in the state at
+    full weight for ever, so it shows what binding does before any forgetting (``decay_linear_attn``
+    adds that).  It is the paper's layer as written, with no RMS norm and no output gate (the paper
+    has neither): the normaliser keeps the scale, each head's output being a weighted mean of
+    v_0..v_t (weights φ(q_t)·φ(k_s) > 0).
+    """
+
+    name = "linear_attn"
+    # Steps per chunk: inside, one masked (C, C) product per chunk, all chunks at once; across, a
+    # running sum of the chunks' states.  Any size gives the same sums; 16 measured fastest for a
+    # training step at the boundary study's shapes, 32 within a few per cent (docs/decisions.md).
+    chunk = 16
+    eps = 1e-6  # added to the normaliser, as the paper's code; φ > 0 already keeps it above 0
+
+    def __init__(self, d: int, seed: int = 0, heads: int = 4):
+        super().__init__(d, seed)
+        if d % heads:
+            raise ValueError(f"d ({d}) must be divisible by heads ({heads})")
+        self.heads, self.dh = heads, d // heads
+        self.q, self.k, self.v, self.out = (self.linear(d, d) for _ in range(4))
+
+    def _features(self, x, W=None):
+        """φ(q), φ(k), v: (B, H, T, dh) each.  q is not scaled by 1/√dh: the paper does not, and the
+        scale would not cancel (φ is not linear)."""
+        if W is None:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        else:
+            q, k, v = (x @ W[f"{n}.weight"].T for n in "qkv")
+        return heads_of(F.elu(q) + 1, self.heads), heads_of(F.elu(k) + 1, self.heads), heads_of(v, self.heads)
+
+    def scan(self, x):
+        check_input(x, self.d)
+        B, T, D = x.shape
+        q, k, v = self._features(x)
+        # the normaliser rides along as one more value channel of ones: [S | z] is one sum
+        v = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+        c = self.chunk
+        n = -(-T // c)
+        fill = n * c - T  # filled up after φ, so a filled step's key is 0 and adds nothing
+        q, k, v = ((F.pad(t, (0, 0, 0, fill)) if fill else t).unflatten(2, (n, c)) for t in (q, k, v))
+        scores = torch.where(causal_mask(c, x.device), q @ k.transpose(-1, -2), 0.0)  # (B, H, n, c, c)
+        added = k.transpose(-1, -2) @ v  # (B, H, n, dh, dh + 1): what each chunk adds to [S | z]
+        # the state before chunk i: the running sum of chunks 0..i−1, shifted in after a zero (never
+        # the running sum through i less chunk i's own, whose rounding would carry later steps back)
+        run = torch.cumsum(added, 2)
+        before = torch.cat([torch.zeros_like(added[:, :, :1]), run[:, :, :-1]], 2)
+        o = (scores @ v + q @ before).flatten(2, 3)[:, :, :T]
+        o = o[..., :-1] / (o[..., -1:] + self.eps)
+        state = run[:, :, -1] if n else x.new_zeros(B, self.heads, self.dh, self.dh + 1)
+        return self.out(merge_heads(o)), (state[..., :-1], state[..., -1])
+
+    def reference(self, x):
+        check_input(x, self.d)
+        W = self.weights(x)
+        q, k, v = self._features(x, W)
+        B, T = x.shape[:2]
+        S = x.new_zeros(B, self.heads, self.dh, self.dh)
+        z = x.new_zeros(B, self.heads, self.dh)
+        ys = []
+        for t in range(T):
+            S = S + k[:, :, t, :, None] * v[:, :, t, None, :]
+            z = z + k[:, :, t]
+            o = (q[:, :, t, None, :] @ S)[:, :, 0] / ((q[:, :, t] * z).sum(-1, keepdim=True) + self.eps)
+            ys.append(o.reshape(B, self.d) @ W["out.weight"].T)
+        return (torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.d)), (S, z)
+
+    def state_floats(self, T: int) -> int:
+        return self.heads * self.dh * self.dh + self.heads * self.dh
+
+
 class _LinearAttention(Mixer):
-    """Shared by both linear-attention mixers: projections, heads, the chunked evaluation, the output
-    norm and gate."""
+    """Shared by the decaying linear-attention mixers: projections, heads, the chunked evaluation, the
+    output norm and gate (the delta rule, :mod:`ema_core.mixers.delta`, takes all but the evaluation)."""
 
     # Steps per chunk: the across-chunk loop is Python, the inside one batched product over every
     # chunk at once; 16 measured fastest for a training step at the boundary study's shapes
@@ -184,9 +266,14 @@ class _LinearAttention(Mixer):
         for t in range(T):
             S = alpha[:, :, t, :, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
             o = (q[:, :, t, None, :] @ S)[:, :, 0]  # (B, H, dh)
-            o = o / torch.sqrt((o * o).mean(-1, keepdim=True) + self.norm_eps) * W["norm"]
-            ys.append((o.reshape(B, self.d) * torch.sigmoid(r[:, t]) * r[:, t]) @ W["out.weight"].T)
+            ys.append(self._finish_step(o, r[:, t], W))
         return (torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.d)), S
+
+    def _finish_step(self, o, r, W):
+        """:meth:`_finish` at one step, in the reference's maths: each head's o_t (B, H, dh) and
+        r = W_r x_t (B, D) to y_t (B, D)."""
+        o = o / torch.sqrt((o * o).mean(-1, keepdim=True) + self.norm_eps) * W["norm"]
+        return (o.reshape(o.shape[0], self.d) * torch.sigmoid(r) * r) @ W["out.weight"].T
 
     def state_floats(self, T: int) -> int:
         return self.heads * self.dh * self.dh

@@ -15,8 +15,9 @@ from typing import Any
 from ema_core.mixers import MIXER_NAMES
 from ema_core.mixers.attention import Softmax, Window
 from ema_core.mixers.base import Mixer
+from ema_core.mixers.delta import DeltaNet
 from ema_core.mixers.ema import EMA, EMA3, EMA3Seq
-from ema_core.mixers.recurrent import DecayLinearAttention, DiagDecay, GatedLinearAttention
+from ema_core.mixers.recurrent import DecayLinearAttention, DiagDecay, GatedLinearAttention, LinearAttention
 
 # Every mixer class, in any order (MIXER_NAMES gives the order).
 CLASSES: tuple[type[Mixer], ...] = (
@@ -25,8 +26,10 @@ CLASSES: tuple[type[Mixer], ...] = (
     EMA3,
     EMA3Seq,
     DiagDecay,
+    LinearAttention,
     DecayLinearAttention,
     GatedLinearAttention,
+    DeltaNet,
     Softmax,
 )
 
