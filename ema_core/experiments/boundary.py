@@ -331,24 +331,28 @@ def cells(cfg: BoundaryConfig) -> list[Cell]:
 
 
 PRESETS: dict[str, dict] = {
-    # The whole map at one seed on 2 CPU cores in under 30 minutes (docs/benchmarks.md; estimated by
-    # `python -m bench.boundary`): every mixer and task at distances 8 and 16 (T = 32), one inside the
-    # window's reach (layers·((window − 1) + (conv − 1)) = 10 tokens) and one beyond it (k = 2, where
-    # every mixer was perfect on every seed, is left to the full map); one MQAR size at zoology's bound
-    # (8 pairs, T = 32), trained longer than the rest, with recall against state at three widths.
+    # The whole map at one seed on 2 CPU cores in about a quarter of an hour (docs/benchmarks.md;
+    # estimated by `python -m bench.boundary`).  The agreement tasks at distances 8 and 16 (T = 32),
+    # one inside the window's reach (layers·((window − 1) + (conv − 1)) = 10 tokens) and one beyond it,
+    # at three redundancies (ρ 0, 0.5, 1: the dial); structure against the four-way content map (the
+    # label-count control; the two-way map is the full preset's).  MQAR at 8 pairs in T = 64, so that
+    # 4·pairs ≤ T/2 (at T = 32 every slot after the block was a query), trained longer than the rest,
+    # with recall against state at four widths (the body's, 64, among them).
     # For time, an MLP of 2·d (zoology's MQAR models have none; at d = 64 the MLP is most of a
     # step); four rates a factor of 2 apart, from 3e-2 (where EMA trains) down to 3.75e-3, compared
     # on dev half way (measured on dev, seeds 0–4 and 20–22: 1e-3 was kept by 3 cells of 240, and
     # softmax's MQAR rate lies between zoology's 1e-2, where it fails, and 3e-3, where it ends at 0.98).
-    "quick": {"distances": (8, 16), "mqar_pairs": (8,), "mqar_len": (32,), "recall_widths": (16, 32, 64),
+    "quick": {"tasks": ("agree_structure", "agree_content4", "mqar", "lag_identity"), "redundancy": (0.0, 0.5, 1.0),
+              "distances": (16,), "mqar_pairs": (8,), "mqar_len": (64,), "recall_widths": (8, 16, 32, 64),
               "seeds": 1, "workers": 2, "data.seq_len": 32, "data.n_dev": 256, "data.n_test": 512,
               "model.mlp": 2, "train.lrs": (3e-2, 1.5e-2, 7.5e-3, 3.75e-3),
               "train.steps": 400, "train.mqar_steps": 1000, "train.choose_at": 0.5, "train.batch": 32,
               "train.warmup": 20, "train.eval_every": 100},
-    # The whole grid at three seeds, for a GPU (or a long night on a CPU): MQAR as zoology sizes it
-    # (a vocabulary of 8,192, pairs up to T/4), recall against state at every size; rates chosen at
-    # the end.
-    "full": {"seeds": 3, "mqar_pairs": (4, 8, 16, 32, 64), "mqar_len": (64, 128, 256), "data.mqar_vocab": 8192,
+    # The whole grid at three seeds, for a GPU (or a long night on a CPU): the dial at five
+    # redundancies, MQAR as zoology sizes it (a vocabulary of 8,192, pairs up to T/4), recall against
+    # state at four widths and every size; rates chosen at the end.
+    "full": {"seeds": 3, "redundancy": (0.0, 0.25, 0.5, 0.75, 1.0), "mqar_pairs": (4, 8, 16, 32, 64),
+             "mqar_len": (64, 128, 256), "recall_widths": (16, 32, 64, 128), "data.mqar_vocab": 8192,
              "train.steps": 2000, "train.mqar_steps": 4000, "train.batch": 64, "train.eval_every": 200,
              "data.n_dev": 512, "data.n_test": 1024, "data.seq_len": 128},
 }

@@ -1,0 +1,123 @@
+"""When the boundary map's learning rate is chosen, and which one: every rate of every cell trained to the end.
+
+    python -m bench.boundary_rates [--preset quick] [--seed 20] [--workers 2] [--set KEY=VALUE …] [--json]
+
+For each cell of the preset's grid at one seed (a dev seed: never one a claim is confirmed on), every
+rate of ``train.lrs`` trains to the end; each is scored on dev half way and at the end, and on test
+at the end.  It prints:
+
+* **half way against the end** (the issue's question): per task, how often the rate best on dev half
+  way (the preset's ``choose_at`` 0.5) differs from the rate best on dev at the end, and the test
+  accuracy that costs (end choice − half-way choice, mean and worst over the task's cells);
+* **the rate table**: per (mixer, task), and per width on MQAR, the rate whose end-of-training dev
+  accuracy, averaged over the cells it covers (every ρ and distance), is best: what
+  ``train.lr_choice=table`` reads (:mod:`ema_core.boundary_rates`), as a Python literal to paste
+  there with the command, seed and commit.
+
+Test accuracy is reported, never used to choose: the table is made on dev alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+from bench.machine import machine_info
+from ema_core.boundary import Trainer, accuracy, make_data, task_seed
+from ema_core.experiments import build_config
+from ema_core.experiments.boundary import cell_steps, cells
+from ema_core.experiments.cells import one_thread
+from ema_core.mixers.model import MixerNet
+
+
+def every_rate(cfg, mixer: str, d, seed: int, width: int) -> dict:
+    """One cell, every rate to the end, as run_cell would train each (same data, weights and batches)."""
+    steps = cell_steps(cfg, d)
+    half = max(1, round(0.5 * steps))
+    body = cfg.model.model_copy(update={"d": width})
+    with one_thread():
+        train, dev, test = (make_data(d, cfg.data, seed, split) for split in ("train", "dev", "test"))
+        init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
+        out = []
+        for lr in cfg.train.lrs:
+            model = MixerNet.from_settings(mixer, body, train.vocab, train.n_classes, seed=init)
+            tr = Trainer(model, train, steps=steps, batch=cfg.train.batch, lr=lr, warmup=cfg.train.warmup,
+                         seed=task_seed(seed, "batches", mixer, d.task, d.label))
+            tr.advance(half)
+            dev_half = accuracy(tr.model, dev)
+            tr.advance(steps)
+            out.append({"lr": lr, "dev_half": dev_half, "dev_end": accuracy(tr.model, dev),
+                        "test_end": accuracy(tr.model, test)})
+    return {"mixer": mixer, "task": d.task, "difficulty": d.label, "width": width, "rates": out}
+
+
+def best(rates: list[dict], key: str) -> dict:
+    """The rate best on ``key``, a tie to the grid's first (as run_cell chooses)."""
+    return max(enumerate(rates), key=lambda ir: (ir[1][key], -ir[0]))[1]
+
+
+def table_key(cell: dict, body_width: int) -> str:
+    """(mixer, task) for the tasks at the body's width, (mixer, task, width) for MQAR's widths."""
+    return (f"{cell['mixer']}|{cell['task']}|{cell['width']}" if cell["task"] == "mqar"
+            else f"{cell['mixer']}|{cell['task']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.boundary_rates", description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="quick")
+    ap.add_argument("--seed", type=int, default=20, help="a dev seed (never one a claim is confirmed on)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting over the preset's")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    overrides = dict(kv.split("=", 1) for kv in a.set)
+    cfg = build_config("boundary", preset=a.preset, seed=a.seed, overrides={**overrides, "seeds": 1})
+    grid = cells(cfg)
+    # The longest first, so that no worker is left alone with one at the end.
+    order = sorted(grid, key=lambda c: -cell_steps(cfg, c.difficulty) * c.difficulty.seq_len)
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(a.workers, mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(every_rate, *zip(*[(cfg, c.mixer, c.difficulty, c.seed, c.width) for c in order])))
+    seconds = time.perf_counter() - t0
+
+    by_task: dict[str, dict] = {}
+    for r in results:
+        half, end = best(r["rates"], "dev_half"), best(r["rates"], "dev_end")
+        t = by_task.setdefault(r["task"], {"cells": 0, "differ": 0, "costs": []})
+        t["cells"] += 1
+        t["differ"] += half["lr"] != end["lr"]
+        t["costs"].append(end["test_end"] - half["test_end"])
+    half_way = {task: {"cells": t["cells"], "differ": t["differ"], "mean_cost": sum(t["costs"]) / len(t["costs"]),
+                       "worst_cost": max(t["costs"])} for task, t in by_task.items()}
+
+    sums: dict[str, dict[float, list[float]]] = {}
+    for r in results:
+        for x in r["rates"]:
+            sums.setdefault(table_key(r, cfg.model.d), {}).setdefault(x["lr"], []).append(x["dev_end"])
+    table = {}
+    for key, per_rate in sums.items():
+        means = {lr: sum(v) / len(v) for lr, v in per_rate.items()}
+        table[key] = max(cfg.train.lrs, key=lambda lr: (means[lr], -cfg.train.lrs.index(lr)))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    report = {"preset": a.preset, "seed": a.seed, "cells": len(results), "seconds": round(seconds),
+              "half_way": half_way, "table": table, "cells_detail": results, "commit": commit,
+              "machine": machine_info()}
+    if a.json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print(f"boundary rates, preset {a.preset}, seed {a.seed}: {len(results)} cells, every rate to the end, "
+              f"{seconds:.0f} s")
+        for task, h in half_way.items():
+            print(f"  {task:16s} half-way choice ≠ end choice in {h['differ']}/{h['cells']} cells; test cost "
+                  f"mean {h['mean_cost']:+.4f}, worst {h['worst_cost']:+.4f}")
+        print("rate table (chosen on dev at the end):")
+        for key, lr in sorted(table.items()):
+            print(f"  {key}: {lr:g}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
