@@ -66,8 +66,11 @@ def step_time(cfg, cell, repeats: int = 12) -> tuple[float, float]:
 
 
 def cell_cost(cfg, d) -> tuple[int, int]:
-    """Training steps and dev evaluations of one cell: every rate to the choice, the kept one to the end."""
+    """Training steps and dev evaluations of one cell: every rate to the choice, the kept one to the end
+    (one rate, from the rate table, where ``train.lr_choice`` is table)."""
     train, total = cfg.train, cell_steps(cfg, d)
+    if train.lr_choice == "table":
+        return total, len(eval_steps(0, total, train.eval_every))
     choose = max(1, round(train.choose_at * total))
     steps = len(train.lrs) * choose + (total - choose)
     evals = len(train.lrs) * len(eval_steps(0, choose, train.eval_every)) + len(eval_steps(choose, total,

@@ -11,8 +11,8 @@ at the end.  It prints:
   accuracy that costs (end choice − half-way choice, mean and worst over the task's cells);
 * **the rate table**: per (mixer, task), and per width on MQAR, the rate whose end-of-training dev
   accuracy, averaged over the cells it covers (every ρ and distance), is best: what
-  ``train.lr_choice=table`` reads (:mod:`ema_core.boundary_rates`), as a Python literal to paste
-  there with the command, seed and commit.
+  ``train.lr_choice=table`` reads (:mod:`ema_core.boundary_rates`), to copy there with the command, the seed and the
+  commit it ran at.
 
 Test accuracy is reported, never used to choose: the table is made on dev alone.
 """
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from bench.machine import machine_info
 from ema_core.boundary import Trainer, accuracy, make_data, task_seed
+from ema_core.boundary_rates import tuned_for
 from ema_core.experiments import build_config
 from ema_core.experiments.boundary import cell_steps, cells
 from ema_core.experiments.cells import one_thread
@@ -79,8 +79,12 @@ def main(argv=None) -> int:
     # The longest first, so that no worker is left alone with one at the end.
     order = sorted(grid, key=lambda c: -cell_steps(cfg, c.difficulty) * c.difficulty.seq_len)
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(a.workers, mp_context=get_context("spawn")) as pool:
-        results = list(pool.map(every_rate, *zip(*[(cfg, c.mixer, c.difficulty, c.seed, c.width) for c in order])))
+    jobs = list(zip(*[(cfg, c.mixer, c.difficulty, c.seed, c.width) for c in order]))
+    if a.workers > 1:
+        with ProcessPoolExecutor(a.workers, mp_context=get_context("spawn")) as pool:
+            results = list(pool.map(every_rate, *jobs))
+    else:  # in this process: nothing spawned
+        results = list(map(every_rate, *jobs))
     seconds = time.perf_counter() - t0
 
     by_task: dict[str, dict] = {}
@@ -101,9 +105,9 @@ def main(argv=None) -> int:
     for key, per_rate in sums.items():
         means = {lr: sum(v) / len(v) for lr, v in per_rate.items()}
         table[key] = max(cfg.train.lrs, key=lambda lr: (means[lr], -cfg.train.lrs.index(lr)))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     report = {"preset": a.preset, "seed": a.seed, "cells": len(results), "seconds": round(seconds),
-              "half_way": half_way, "table": table, "cells_detail": results, "commit": commit,
+              "half_way": half_way, "table": table, "tuned_for": tuned_for(cfg.model_dump(mode="json")),
+              "cells_detail": results,
               "machine": machine_info()}
     if a.json:
         print(json.dumps(report, sort_keys=True))

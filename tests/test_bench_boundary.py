@@ -24,11 +24,35 @@ def test_the_boundary_bench_reports_step_times_and_the_whole_map_s_seconds(capsy
                                        for t in ("agree", "mqar")} | {"ema/mqar/T=16/d=8"}
     assert all(step > 0 and evaluation > 0 for step, evaluation in report["shape_ms"].values())
     # both rates to the end (choose_at 1), each scored at steps 2 and 4; MQAR's twice as long
-    assert report["cell_steps"] == {"agree_structure": 2 * 4, "agree_content": 2 * 4, "lag_identity": 2 * 4,
-                                    "mqar": 2 * 8}
-    assert report["cell_evals"] == {"agree_structure": 2 * 2, "agree_content": 2 * 2, "lag_identity": 2 * 2,
-                                    "mqar": 2 * 4}
+    assert report["cell_steps"] == {"agree_structure": 2 * 4, "agree_content": 2 * 4, "agree_content4": 2 * 4,
+                                    "lag_identity": 2 * 4, "mqar": 2 * 8}
+    assert report["cell_evals"] == {"agree_structure": 2 * 2, "agree_content": 2 * 2, "agree_content4": 2 * 2,
+                                    "lag_identity": 2 * 2, "mqar": 2 * 4}
     assert report["slice_cells"] == 2 and report["same_rows"] is True
     assert report["speedup_2_workers"] > 0 and set(report["slice_seconds"]) == {"1", "2"}
-    assert report["cells"] == 3 * 4 + 1 and report["machine"]["cores"] >= 1
+    assert report["cells"] == 3 * 5 + 1 and report["machine"]["cores"] >= 1
     assert set(report["estimate_seconds"]) == {"workers=1", "workers=2"} and report["estimate_seconds"]["workers=1"] > 0
+
+
+def test_the_rates_bench_trains_every_rate_to_the_end_and_tables_the_best_on_dev(capsys, monkeypatch):
+    from bench.boundary_rates import main as rates
+
+    monkeypatch.setitem(REGISTRY["boundary"].presets, "tiny", TINY)
+    assert rates(["--preset", "tiny", "--seed", "20", "--workers", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["cells"] == 3 * 5 + 1 and report["seed"] == 20
+    for cell in report["cells_detail"]:  # every rate of the grid, scored half way and at the end
+        assert [r["lr"] for r in cell["rates"]] == [0.01, 0.003]
+        assert all(0 <= r[k] <= 1 for r in cell["rates"] for k in ("dev_half", "dev_end", "test_end"))
+    half = report["half_way"]
+    assert set(half) == {"agree_structure", "agree_content", "agree_content4", "lag_identity", "mqar"}
+    assert all(0 <= h["differ"] <= h["cells"] for h in half.values())
+    # one rate per (mixer, task), and per width on MQAR; each the best mean dev accuracy at the end
+    assert "ema|mqar|8" in report["table"] and "ema|agree_structure" in report["table"]
+    for key, lr in report["table"].items():
+        mixer, task, *width = key.split("|")
+        mine = [c for c in report["cells_detail"] if c["mixer"] == mixer and c["task"] == task
+                and (not width or c["width"] == int(width[0]))]
+        mean = {x: sum(r["dev_end"] for c in mine for r in c["rates"] if r["lr"] == x) / len(mine) for x in (0.01, 0.003)}
+        assert mean[lr] == max(mean.values())
+    assert report["tuned_for"]["train.steps"] == 4 and report["tuned_for"]["model.d"] == 16

@@ -129,18 +129,23 @@ def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
 
     for preset in REGISTRY["boundary"].presets:
         cfg = build_config("boundary", preset=preset)
-        assert set(cfg.mixers) == set(MIXER_NAMES) and set(cfg.tasks) == set(TASKS)
+        assert set(cfg.mixers) == set(MIXER_NAMES) and {"agree_structure", "agree_content4", "mqar"} <= set(cfg.tasks)
         assert cfg.model.conv == 3 and len(cfg.train.lrs) >= 4 and cfg.train.choose_at >= 0.5
-        assert all(4 * p <= T for p, T in boundary_experiment.mqar_sizes(cfg))
+        # MQAR not degenerate in the quick map: the pairs' block and one slot per query take at most half
+        # the sequence (the full preset follows zoology's grid, up to 4·pairs = T)
+        assert preset != "quick" or all(4 * p <= T / 2 for p, T in boundary_experiment.mqar_sizes(cfg))
+        # the dial at three redundancies or more, from the independent stream to the templates
+        assert len(cfg.redundancy) >= 3 and min(cfg.redundancy) == 0 and max(cfg.redundancy) == 1
+        assert len(cfg.recall_widths) >= 4 and cfg.model.d in cfg.recall_widths
     quick = build_config("boundary", preset="quick")
     labels = [d.label for d in difficulties(quick)]
-    # Distances on both sides of the window's reach, one MQAR size with pairs ≤ T/4.
+    # At a distance beyond the window's reach, at ρ 0, 0.5 and 1; one MQAR size with 4·pairs ≤ T/2.
     reach = window_reach(quick.model.window, quick.model.layers, quick.model.conv)
-    assert reach == 10 and min(quick.distances) < reach < max(quick.distances)
-    assert [d.label for d in difficulties(quick) if d.task == "mqar"] == ["pairs=8,T=32"]
-    assert quick.data.n_train >= 16_384 and len(quick.recall_widths) >= 3 and quick.model.d in quick.recall_widths
+    assert reach == 10 and min(quick.distances) > reach and quick.redundancy == (0.0, 0.5, 1.0)
+    assert [d.label for d in difficulties(quick) if d.task == "mqar"] == ["pairs=8,T=64"]
+    assert "k=16,rho=0.5" in labels and quick.data.n_train >= 16_384
     recurrent = [m for m in MIXER_NAMES if m not in boundary_experiment.NOT_RECURRENT]
-    assert len(cells(quick)) == len(MIXER_NAMES) * len(labels) + len(recurrent) * 2  # two widths besides 64
+    assert len(cells(quick)) == len(MIXER_NAMES) * len(labels) + len(recurrent) * 3  # three widths besides 64
     full = build_config("boundary", preset="full")
     assert full.data.mqar_vocab == 8192 and max(p for p, T in boundary_experiment.mqar_sizes(full) if T == 256) == 64
 
@@ -469,3 +474,32 @@ def test_a_cuda_device_that_is_not_there_is_refused():
         pytest.skip("a CUDA device is here")
     with pytest.raises(ValueError, match="no CUDA device"):
         build_config("boundary", overrides={"device": "cuda"})
+
+
+def test_a_rate_table_trains_each_cell_once_at_its_rate_and_refuses_what_it_was_not_chosen_for(monkeypatch):
+    from ema_core import boundary_rates
+
+    small = {**TINY, "mixers": "ema,softmax", "tasks": "agree_structure,mqar", "distances": "3", "seeds": 1,
+             "mqar_pairs": "2"}
+    dev_cfg = build_config("boundary", overrides=small)
+    grid = cells(dev_cfg)
+    rates = {boundary_rates.rate_key(c.mixer, c.difficulty.task, c.width): 0.003 if c.mixer == "ema" else 0.01
+             for c in grid}
+    monkeypatch.setattr(boundary_rates, "RATES", rates)
+    monkeypatch.setattr(boundary_rates, "TUNED_FOR", boundary_rates.tuned_for(dev_cfg.model_dump(mode="json")))
+    cfg = build_config("boundary", overrides={**small, "train.lr_choice": "table"})
+    out = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]
+    assert {(r["mixer"], r["lr"]) for r in out["boundary_accuracy"]} == {("ema", 0.003), ("softmax", 0.01)}
+    # one rate trained per cell: every dev curve is that rate's
+    assert {(c["mixer"], c["lr"]) for c in out["boundary_dev_curve"]} == {("ema", 0.003), ("softmax", 0.01)}
+    # at another budget, another body or with a cell it has no rate for, the table is refused by name
+    for overrides, says in (({"train.steps": 7}, "train.steps = 7 (the table's: 6)"),
+                            ({"model.d": 32, "recall_widths": "8,32"}, "model.d = 32"),
+                            ({"mixers": "ema,softmax,ema3"}, "no rate for ema3|agree_structure")):
+        with pytest.raises(ValueError) as err:
+            build_config("boundary", overrides={**small, **overrides, "train.lr_choice": "table"})
+        assert str(err.value).startswith("train.lr_choice: ") and says in str(err.value), str(err.value)
+        build_config("boundary", overrides={**small, **overrides})  # choosing on dev, it runs
+    monkeypatch.setattr(boundary_rates, "RATES", {})
+    with pytest.raises(ValueError, match="train.lr_choice: the rate table is empty"):
+        build_config("boundary", overrides={**small, "train.lr_choice": "table"})

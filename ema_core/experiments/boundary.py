@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.boundary import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
                                exclusion_floor, make_data, mqar_fits, task_seed)
 from ema_core.boundary_findings import TASKS, TaskName
+from ema_core.boundary_rates import table_rate, table_refusal
 from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
@@ -120,6 +121,12 @@ class BoundaryTrainConfig(BaseModel):
                                                             "is kept and the others stop (1: at the end)")
     eval_every: int = Field(100, ge=1, le=1_000_000, description="steps between the dev evaluations of every rate "
                                                                  "(each is also scored where it stops)")
+    # Choosing in every cell trains every rate (2.5 times a cell's steps at choose_at 0.5); the table
+    # holds the rate each (mixer, task) chose on dev at a dev seed, at the settings it was made at
+    # (ema_core.boundary_rates), so that a cell trains once.
+    lr_choice: Literal["dev", "table"] = Field("dev", description="dev: train every rate of lrs in every cell, keep "
+                                                                  "the best on dev; table: the rate chosen on dev at a "
+                                                                  "dev seed (ema_core/boundary_rates.py)")
 
     @field_validator("lrs")
     @classmethod
@@ -246,6 +253,11 @@ class BoundaryConfig(BaseModel):
             if max(self.mqar_pairs) > keys:
                 raise ValueError(f"mqar_pairs: at most {keys} pairs, the keys of data.mqar_vocab "
                                  f"({self.data.mqar_vocab}), got {max(self.mqar_pairs)}")
+        if self.train.lr_choice == "table":
+            refusal = table_refusal(self.model_dump(mode="json"),
+                                    [(c.mixer, c.difficulty.task, c.width) for c in cells(self)])
+            if refusal:
+                raise ValueError(f"train.lr_choice: {refusal} (train.lr_choice=dev)")
         return self
 
 
@@ -465,7 +477,8 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
     # The same initial weights' seed and minibatch order at every width: widths differ only in width.
     init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
     trainers = []
-    for lr in cfg.train.lrs:
+    rates = cfg.train.lrs if cfg.train.lr_choice == "dev" else (table_rate(mixer, d.task, width),)
+    for lr in rates:
         # every rate starts from the same initial weights and sees the same minibatches
         model = MixerNet.from_settings(mixer, body, train.vocab, train.n_classes, seed=init).to(device)
         trainers.append(Trainer(model, train, steps=steps, batch=cfg.train.batch, lr=lr,

@@ -1,0 +1,74 @@
+"""The boundary map's rate table: the learning rate of each (mixer, task) chosen on dev once, read by
+``train.lr_choice = "table"`` instead of training every rate of ``train.lrs`` in every cell.
+
+Made by ``python -m bench.boundary_rates --preset quick --seed 20`` (every rate of every cell of the
+quick grid trained to the end at dev seed 20; the rate whose dev accuracy at the end, averaged over
+the cells it covers, is best).  Seed 20 shaped no claim and is never one a claim is confirmed on.
+On MQAR the rate is per model width (recall against state trains each mixer at several), elsewhere
+per (mixer, task), over every ρ and distance.
+
+The table holds for the settings it was chosen at (:data:`TUNED_FOR`): a config that asks for it at
+another body, budget, length or grid of rates is refused, as is a cell the table has no rate for
+(a mixer of one's own): choose on dev there (``train.lr_choice=dev``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+# What a cell's best rate depends on: the body, the budget, the rates tried, the data's sizes.  The
+# table records their values (TUNED_FOR); seeds, workers, the device and which cells run do not count.
+TUNED_PATHS = ("model.", "train.steps", "train.mqar_steps", "train.batch", "train.warmup", "train.lrs",
+               "data.seq_len", "data.n_train", "data.mqar_vocab", "data.words_per_category", "data.lag_vocab")
+# The settings the table was chosen at, by dotted path (a config's model_dump, flattened).
+TUNED_FOR: dict[str, Any] = {}
+
+# "mixer|task" -> rate, and "mixer|mqar|width" -> rate on MQAR.
+RATES: dict[str, float] = {}
+# Where the table came from, said wherever it is used.
+SOURCE = ""
+
+
+def rate_key(mixer: str, task: str, width: int) -> str:
+    return f"{mixer}|{task}|{width}" if task == "mqar" else f"{mixer}|{task}"
+
+
+def flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dump as {dotted path: value}, tuples as lists (as JSON has them)."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat(value, f"{path}."))
+        else:
+            out[path] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def tuned_for(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of TUNED_PATHS in a config's model_dump (a path ending in "." is a whole section)."""
+    return {path: value for path, value in flat(settings).items()
+            if any(path.startswith(p) if p.endswith(".") else path == p for p in TUNED_PATHS)}
+
+
+def table_refusal(settings: Mapping[str, Any], cells: list[tuple[str, str, int]]) -> str | None:
+    """Why the table cannot serve a config (its model_dump) whose grid holds ``cells`` (mixer, task,
+    width), or None where it can: a setting it was not chosen at, or a cell it has no rate for."""
+    if not RATES:
+        return "the rate table is empty (python -m bench.boundary_rates fills it); choose on dev"
+    got = flat(settings)
+    differ = [f"{path} = {got.get(path)!r} (the table's: {want!r})" for path, want in TUNED_FOR.items()
+              if got.get(path) != want]
+    if differ:
+        return f"the rate table was chosen at other settings: {'; '.join(differ[:3])}; choose on dev at these"
+    missing = sorted({rate_key(m, t, w) for m, t, w in cells if rate_key(m, t, w) not in RATES})
+    if missing:
+        return (f"the rate table has no rate for {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''}; "
+                "choose on dev for these mixers")
+    return None
+
+
+def table_rate(mixer: str, task: str, width: int) -> float:
+    key = rate_key(mixer, task, width)
+    if key not in RATES:
+        raise ValueError(f"train.lr_choice: the rate table has no rate for {key}; choose on dev (train.lr_choice=dev)")
+    return RATES[key]
