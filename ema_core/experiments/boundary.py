@@ -54,6 +54,9 @@ CHECKPOINT_FORMAT = 3
 # mixer, a bring-your-own one included, is taken as recurrent: its state is set by its width.
 RECALL_REFERENCES = ("window_k", "softmax")
 NOT_RECURRENT = (*RECALL_REFERENCES, "ema3_seq")
+# The causality probe's length before a run: past two chunks of every chunked mixer (16 steps, the
+# delta rule's 32) and inside a third.
+CAUSAL_T = 70
 
 
 class BoundaryModelConfig(BaseModel):
@@ -413,7 +416,7 @@ def check_mixers(cfg: BoundaryConfig) -> None:
         for mixer in cfg.mixers:
             model = MixerNet.from_settings(mixer, cfg.model, vocab=16, n_classes=2, seed=0)
             try:
-                check_causal(model)
+                check_causal(model, T=CAUSAL_T)
             except ValueError as exc:
                 raise ValueError(f"mixers: {exc}; the map trains causal mixers only") from None
 

@@ -23,13 +23,14 @@ import torch
 from torch import nn
 
 
-def check_causal(module: nn.Module, T: int = 70, d: int | None = None, batch: int = 2, seed: int = 0) -> None:
+def check_causal(module: nn.Module, T: int = 40, d: int | None = None, batch: int = 2, seed: int = 0) -> None:
     """Raise ``ValueError`` unless ``module``'s output at every t < ``T`` is a function of inputs 0..t only.
 
     ``module`` is a mixer (real inputs of its width: ``module.d``, or ``d`` for a module without one)
     or a :class:`~ema_core.mixers.model.MixerNet` (token inputs over its vocabulary).  The default
-    ``T`` = 70 spans more than two of the chunked mixers' chunks (16 steps, and the delta rule's 32) and
-    ends inside one."""
+    ``T`` = 40 spans more than two of the linear attentions' 16-step chunks and ends inside one; the
+    boundary map probes over :data:`ema_core.experiments.boundary.CAUSAL_T` steps, past the delta rule's
+    32-step chunks too."""
     from ema_core.mixers.model import MixerNet  # the model imports every mixer; the probe is for them
 
     if T < 2:
