@@ -354,14 +354,15 @@ PRESETS: dict[str, dict] = {
     # 4·pairs ≤ T/2 (at T = 32 every slot after the block was a query), trained longer than the rest,
     # with recall against state at four widths (the body's, 64, among them).
     # For time, an MLP of 2·d (zoology's MQAR models have none; at d = 64 the MLP is most of a
-    # step); four rates a factor of 2 apart, from 3e-2 (where EMA trains) down to 3.75e-3, compared
-    # on dev half way (measured on dev, seeds 0–4 and 20–22: 1e-3 was kept by 3 cells of 240, and
-    # softmax's MQAR rate lies between zoology's 1e-2, where it fails, and 3e-3, where it ends at 0.98).
+    # step), and each cell trains once at the rate its (mixer, task) chose on dev at the end of
+    # training at dev seed 20 (ema_core/boundary_rates.py): of four rates a factor of 2 apart, from
+    # 3e-2 (where EMA trains) down to 3.75e-3.  Chosen at the end, not half way: half way chose
+    # another rate in 51 of 101 cells at seed 20, at a test cost up to 0.34 (docs/benchmarks.md).
     "quick": {"tasks": ("agree_structure", "agree_content4", "mqar", "lag_identity"), "redundancy": (0.0, 0.5, 1.0),
               "distances": (16,), "mqar_pairs": (8,), "mqar_len": (64,), "recall_widths": (8, 16, 32, 64),
               "seeds": 1, "workers": 2, "data.seq_len": 32, "data.n_dev": 256, "data.n_test": 512,
-              "model.mlp": 2, "train.lrs": (3e-2, 1.5e-2, 7.5e-3, 3.75e-3),
-              "train.steps": 400, "train.mqar_steps": 1000, "train.choose_at": 0.5, "train.batch": 32,
+              "model.mlp": 2, "train.lrs": (3e-2, 1.5e-2, 7.5e-3, 3.75e-3), "train.lr_choice": "table",
+              "train.steps": 400, "train.mqar_steps": 1000, "train.choose_at": 1.0, "train.batch": 32,
               "train.warmup": 20, "train.eval_every": 100},
     # The whole grid at three seeds, for a GPU (or a long night on a CPU): the dial at five
     # redundancies, MQAR as zoology sizes it (a vocabulary of 8,192, pairs up to T/4), recall against
