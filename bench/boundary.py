@@ -133,8 +133,10 @@ def main(argv=None) -> int:
                 pick.append(by_mixer[m].pop(0))
     # The slice as its own grid: the picked cells' mixers and difficulties, the preset's budget.
     mixers = tuple(dict.fromkeys(grid[i].mixer for i in pick))
-    slice_cfg = cfg.model_copy(update={"mixers": mixers, "tasks": ("agree_content",), "distances": cfg.distances[:1],
-                                       "recall_widths": ()})
+    # one task of the preset's own besides MQAR (its rate table has rates for those)
+    first = next((t for t in cfg.tasks if t != "mqar"), "agree_content4")
+    slice_cfg = cfg.model_copy(update={"mixers": mixers, "tasks": (first,), "distances": cfg.distances[:1],
+                                       "redundancy": cfg.redundancy[:1], "recall_widths": ()})
     if a.steps:
         slice_cfg = slice_cfg.model_copy(update={"train": slice_cfg.train.model_copy(update={"steps": a.steps})})
     timed = {}
