@@ -24,7 +24,7 @@ from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recal
 ensure_router()  # before anything is drawn: see pages/_router.py
 
 KIND = "boundary"
-PRESET_NOTES = {"quick": "every mixer and task, about 27 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
+PRESET_NOTES = {"quick": "every mixer, the dial at three redundancies, MQAR and recall at four widths, about 12 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
 CHANCE_TEXT = f"""
 **Chance** is what a model that ignores its input scores on a cell: the better of a uniform guess and
 always naming the training split's most frequent label, measured on the cell's own test data. It is

@@ -574,7 +574,7 @@ EXPERIMENT = Experiment(
     presets=PRESETS,
     run=run,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
-    one_click=False,  # about 27 minutes on 2 cores: launched from its page, not with the paper's quick reproduction
+    one_click=False,  # about 12 minutes on 2 cores (a long job): launched from its page, not with the paper's quick reproduction
     # Runs made before these settings ran without a conv, on the sentence templates (ρ = 1: the
     # entry once read "data.structure": "templates", the setting the dial replaced; runs that stored
     # a structure read it through BoundaryConfig._older_structure), without recall against state size
