@@ -8,8 +8,9 @@ On MQAR the rate is per model width (recall against state trains each mixer at s
 per (mixer, task), over every ρ and distance.
 
 The table holds for the settings it was chosen at (:data:`TUNED_FOR`): a config that asks for it at
-another body, budget, length or grid of rates is refused, as is a cell the table has no rate for
-(a mixer of one's own): choose on dev there (``train.lr_choice=dev``).
+another body, budget, length or grid of rates is refused (choose on dev there, ``train.lr_choice=dev``).
+A cell the table has no rate for (a mixer of one's own, a task it was not made on) chooses on dev
+among ``train.lrs`` in the cell, as ``lr_choice=dev`` does: its row's rate says which it kept.
 """
 from __future__ import annotations
 
@@ -130,9 +131,9 @@ def tuned_for(settings: Mapping[str, Any]) -> dict[str, Any]:
             if any(path.startswith(p) if p.endswith(".") else path == p for p in TUNED_PATHS)}
 
 
-def table_refusal(settings: Mapping[str, Any], cells: list[tuple[str, str, int]]) -> str | None:
-    """Why the table cannot serve a config (its model_dump) whose grid holds ``cells`` (mixer, task,
-    width), or None where it can: a setting it was not chosen at, or a cell it has no rate for."""
+def table_refusal(settings: Mapping[str, Any]) -> str | None:
+    """Why the table cannot serve a config (its model_dump), or None where it can: a setting it was not
+    chosen at."""
     if not RATES:
         return "the rate table is empty (python -m bench.boundary_rates fills it); choose on dev"
     got = flat(settings)
@@ -140,15 +141,10 @@ def table_refusal(settings: Mapping[str, Any], cells: list[tuple[str, str, int]]
               if got.get(path) != want]
     if differ:
         return f"the rate table was chosen at other settings: {'; '.join(differ[:3])}; choose on dev at these"
-    missing = sorted({rate_key(m, t, w) for m, t, w in cells if rate_key(m, t, w) not in RATES})
-    if missing:
-        return (f"the rate table has no rate for {', '.join(missing[:4])}{' …' if len(missing) > 4 else ''}; "
-                "choose on dev for these mixers")
     return None
 
 
-def table_rate(mixer: str, task: str, width: int) -> float:
-    key = rate_key(mixer, task, width)
-    if key not in RATES:
-        raise ValueError(f"train.lr_choice: the rate table has no rate for {key}; choose on dev (train.lr_choice=dev)")
-    return RATES[key]
+def table_rate(mixer: str, task: str, width: int) -> float | None:
+    """The table's rate for a cell, or None where it has none (a mixer of one's own, a task the table
+    was not made on): that cell chooses on dev among ``train.lrs``, as ``lr_choice=dev`` does."""
+    return RATES.get(rate_key(mixer, task, width))

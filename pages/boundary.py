@@ -98,8 +98,8 @@ def launch_section() -> None:
         seed = right.number_input("Seed", min_value=0, max_value=2**31 - 33, value=0, step=1,
                                   key="boundary_seed", help="the first seed; a preset of several seeds counts up")
         mixers = st.multiselect("Mixers", list(MIXER_NAMES), default=list(MIXER_NAMES), key="boundary_mixers")
-        # The quick preset's tasks by default: its rate table has rates for those (a task it has none
-        # for is refused by name on launch; the full preset chooses on dev and takes any).
+        # The quick preset's tasks by default (its rate table has rates for those; a task it has none
+        # for chooses its rate on dev in every cell, the slower way).
         tasks = st.multiselect("Tasks", list(TASKS), default=list(build_config(KIND, preset="quick").tasks),
                                key="boundary_tasks", format_func=task_label)
         launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")

@@ -92,7 +92,8 @@ def test_the_maps_colour_is_accuracy_above_the_floor_and_its_text_the_accuracy_o
     assert cells["encoding"]["color"]["scale"]["range"] == list(palette.ABOVE_CHANCE_COLORS)
     assert undefined["mark"]["color"] == palette.REFERENCE_COLOR  # where above chance is undefined
     assert text["encoding"]["text"]["field"] == "text"
-    assert spec["facet"]["column"]["field"] == "task_label"
+    # one facet per task: in a row, or wrapped onto rows where the tasks' headings would not fit one
+    assert spec["facet"].get("column", spec["facet"])["field"] == "task_label"
     data = _data(spec)
     assert set(data["mixer"]) == set(RUN_MIXERS)
     assert len(data) == rows.groupby(["mixer", "task", "difficulty"]).ngroups  # every cell of the grid

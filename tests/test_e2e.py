@@ -668,15 +668,16 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
     try:
         goto(page, app_url + "/boundary")
         page.get_by_role("heading", name="Boundary map", exact=True).wait_for()
-        assert page.locator(CHARTS).count() >= 3  # the map, the crossing, recall against state size
+        assert page.locator(CHARTS).count() >= 4  # the map, the crossing, the dial, recall against state size
         charts = page.locator(CHARTS)
         expect(charts.nth(0)).to_contain_text("The boundary map")
         expect(charts.nth(0)).to_contain_text("softmax")
         expect(charts.nth(0)).to_contain_text("exclusion floor")  # the colour's base, and f under each accuracy
         expect(charts.nth(1)).to_contain_text("Structure against content")
         expect(charts.nth(1)).to_contain_text("window_k")  # the floor, in the legend like every mixer
-        expect(charts.nth(2)).to_contain_text("MQAR recall against state size")
-        expect(charts.nth(2)).to_contain_text(f"smallest state reaching {RECALL_LEVEL:g}")
+        expect(charts.nth(2)).to_contain_text("Structure as the context repeats it")
+        expect(charts.nth(3)).to_contain_text("MQAR recall against state size")
+        expect(charts.nth(3)).to_contain_text(f"smallest state reaching {RECALL_LEVEL:g}")
         page.get_by_text(f"The smallest state reaching {RECALL_LEVEL:g}", exact=True).wait_for()
         page.get_by_role("heading", name="The paper's hierarchy and the measured one").wait_for()
         page.get_by_text("The paper's claims", exact=False).first.wait_for()

@@ -22,7 +22,7 @@ PAGES = {
     "depth_explorer": ("depth_explorer", "Depth explorer", 7, 5200),  # needs no runs: its own measurement
     "structure": ("structure", "Structure", 2, 3400),
     "content": ("content", "Content", 4, 6400),
-    "boundary": ("boundary", "Boundary map", 4, 4400),  # the dev curve's, once its expander is open
+    "boundary": ("boundary", "Boundary map", 5, 5200),  # the dial's, and the dev curve's once its expander is open
     "depth": ("depth", "Depth dilution", 5, 4400),  # four metrics against depth, the weights map
     "export": ("export", "Export", 3, 2600),  # the boundary run's map, crossing and MQAR figures
 }

@@ -257,8 +257,7 @@ class BoundaryConfig(BaseModel):
                 raise ValueError(f"mqar_pairs: at most {keys} pairs, the keys of data.mqar_vocab "
                                  f"({self.data.mqar_vocab}), got {max(self.mqar_pairs)}")
         if self.train.lr_choice == "table":
-            refusal = table_refusal(self.model_dump(mode="json"),
-                                    [(c.mixer, c.difficulty.task, c.width) for c in cells(self)])
+            refusal = table_refusal(self.model_dump(mode="json"))
             if refusal:
                 raise ValueError(f"train.lr_choice: {refusal} (train.lr_choice=dev)")
         return self
@@ -481,7 +480,9 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
     # The same initial weights' seed and minibatch order at every width: widths differ only in width.
     init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
     trainers = []
-    rates = cfg.train.lrs if cfg.train.lr_choice == "dev" else (table_rate(mixer, d.task, width),)
+    # The table's rate where it has one; a cell it has none for chooses on dev, as lr_choice=dev does.
+    tabled = table_rate(mixer, d.task, width) if cfg.train.lr_choice == "table" else None
+    rates = cfg.train.lrs if tabled is None else (tabled,)
     for lr in rates:
         # every rate starts from the same initial weights and sees the same minibatches
         model = MixerNet.from_settings(mixer, body, train.vocab, train.n_classes, seed=init).to(device)

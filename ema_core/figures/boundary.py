@@ -38,6 +38,7 @@ CROSSING = {"agree_structure": ("structure (category)", [1, 0]), "agree_content"
 # PAGE_WIDTH (a facet is not narrowed to its column): the full preset's 23 columns take two rows.
 CELL, CELL_MIN = 38, 24
 _MAP_AXIS, _MAP_GAP = 135, 20  # the mixers' names beside the first facet; the gap between facets
+MAP_HEADING = 120  # px a task's two-line heading takes ("agreement:" over "content ×4"), at least
 MQAR_COLUMNS = 4  # MQAR sizes per row of facets at most (the full preset has 11)
 # The crossing chart sets mixers slightly apart along k (a fraction of an octave each, in the
 # hierarchy's order, all of them within DODGE_SPAN of the true k), so that two mixers with the same
@@ -152,15 +153,18 @@ def _mixer_color(mixers: list[str], width: float | None = None) -> alt.Color:
 def map_layout(columns_per_task: list[int]) -> tuple[int, int]:
     """(px per cell, tasks per row) of a map whose tasks have ``columns_per_task`` difficulties: the
     largest cell up to CELL at which every row fits PAGE_WIDTH, on as few rows as CELL_MIN allows.  With
-    the tasks wrapped, each column of the grid is as wide as its widest task."""
+    the tasks wrapped, each column of the grid is as wide as its widest task; a task is never narrower
+    than its heading (MAP_HEADING px), which a task of few columns would otherwise push past the page."""
     n = max(len(columns_per_task), 1)
     for per_row in range(n, 0, -1):
         rows = [columns_per_task[i:i + per_row] for i in range(0, len(columns_per_task), per_row)] or [[1]]
         widest = [max(r[j] for r in rows if j < len(r)) for j in range(per_row)]
         room = PAGE_WIDTH - _MAP_AXIS - _MAP_GAP * (per_row - 1)
-        cell = min(CELL, room // max(sum(widest), 1))
-        if cell >= CELL_MIN or per_row == 1:
-            return int(max(cell, 1)), per_row
+        for cell in range(CELL, CELL_MIN - 1, -1):
+            if sum(max(w * cell, MAP_HEADING) for w in widest) <= room:
+                return cell, per_row
+        if per_row == 1:
+            return CELL_MIN, 1
     return CELL_MIN, 1
 
 
@@ -481,7 +485,8 @@ def recall_state_chart(rows: pd.DataFrame) -> alt.FacetChart:
                    alt.Tooltip("mean:Q", format=".2f", title="recall (published)")]
     ref_points = published.mark_point(shape="diamond", size=70, filled=True, color=palette.REFERENCE_COLOR).encode(
         x=x, y=y, tooltip=ref_tooltip)
-    ref_labels = published.mark_text(align="left", dx=6, dy=-6, fontSize=9, color=palette.REFERENCE_COLOR).encode(
+    # to the left of its point: the rightmost (the window at 6.6e4 floats) would otherwise run past the plot
+    ref_labels = published.mark_text(align="right", dx=-6, dy=-6, fontSize=9, color=palette.REFERENCE_COLOR).encode(
         x=x, y=y, text="ref:N")
     return with_layout(
         alt.layer(chance, bar, errors, lines, marks, ref_points, ref_labels, data=data)
