@@ -410,7 +410,7 @@ def check_mixers(cfg: BoundaryConfig) -> None:
     tests use (:func:`ema_core.mixers.causality.check_causal`), on the body the map builds around it.
     A mixer that reads x_{t+1} would score as if it remembered what it only reads ahead."""
     from ema_core.mixers.causality import check_causal  # with the model, where a run starts
-    from ema_core.mixers.model import MixerNet
+    from ema_core.mixers.model import MixerNet  # its scan loads numba: only where a run starts
 
     with one_thread():
         for mixer in cfg.mixers:
@@ -469,8 +469,7 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
     ``choose_at`` of the steps the one best on dev goes on to the end (the others stop) and is scored
     on test.  Returns ``{"row": …, "curve": [{lr, step, dev_accuracy}, …]}``, or None when
     ``should_stop`` answered yes first.  ``width`` is the model's d (the body's by default)."""
-    # MixerNet pulls in the scan (numba): imported where a cell runs, not when the registry loads.
-    from ema_core.mixers.model import MixerNet
+    from ema_core.mixers.model import MixerNet  # the scan (numba): where a cell runs, not when the registry loads
 
     width = cfg.model.d if width is None else width
     steps = cell_steps(cfg, d)

@@ -124,7 +124,7 @@ def _data_seed(seed: int, set_index: int) -> int:
 def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     # ema_core.dilution brings pandas, scipy and numba (0.6 s to import), and the registry (so every
     # CLI command and every worker, of any kind) imports this module: only a dilution run pays for them.
-    from ema_core.dilution import feature_sets, random_stream, window_features
+    from ema_core.dilution import feature_sets, random_stream, window_features  # pandas, scipy, numba: a dilution run's
 
     if cfg.decoder == "peel":
         return _run_peel(cfg, reporter, t_start)
@@ -309,9 +309,9 @@ def _record(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, ac
 def _result(cfg: DilutionSweepConfig, reporter: Reporter, sets, rows: list[dict], summary: dict, seconds: float) -> dict:
     """The run's result: the summary completed (with each feature set's horizons and limit), the accuracy table."""
     # pandas and ema_core.dilution here, for the reason in _run: only a dilution run pays for them.
-    import pandas as pd
+    import pandas as pd  # only a dilution run pays for it (see _run)
 
-    from ema_core.dilution import ALL_RATES, limit_frame
+    from ema_core.dilution import ALL_RATES, limit_frame  # likewise
 
     limits = limit_frame(cfg.stream, cfg.alphas, cfg.decoder, pd.DataFrame(rows))
     for r in limits.itertuples():

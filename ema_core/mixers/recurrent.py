@@ -90,6 +90,14 @@ class DiagDecay(Mixer):
         return self.d
 
 
+def _projections(mixer: Mixer, d: int, heads: int) -> None:
+    """The linear attentions' heads and their W_q, W_k, W_v, W_o, drawn from the mixer's seed in that order."""
+    if d % heads:
+        raise ValueError(f"d ({d}) must be divisible by heads ({heads})")
+    mixer.heads, mixer.dh = heads, d // heads
+    mixer.q, mixer.k, mixer.v, mixer.out = (mixer.linear(d, d) for _ in range(4))
+
+
 class LinearAttention(Mixer):
     """Linear attention as Katharopoulos et al. (2020, "Transformers are RNNs") write it: φ(x) = elu(x) + 1
     on queries and keys, per head o_t = φ(q_t) S_t / (φ(q_t)·z_t + ε) with S_t = Σ_{s≤t} φ(k_s)ᵀ v_s and
@@ -111,10 +119,7 @@ class LinearAttention(Mixer):
 
     def __init__(self, d: int, seed: int = 0, heads: int = 4):
         super().__init__(d, seed)
-        if d % heads:
-            raise ValueError(f"d ({d}) must be divisible by heads ({heads})")
-        self.heads, self.dh = heads, d // heads
-        self.q, self.k, self.v, self.out = (self.linear(d, d) for _ in range(4))
+        _projections(self, d, heads)
 
     def _features(self, x, W=None):
         """φ(q), φ(k), v: (B, H, T, dh) each.  q is not scaled by 1/√dh: the paper does not, and the
@@ -182,10 +187,7 @@ class _LinearAttention(Mixer):
 
     def __init__(self, d: int, seed: int = 0, heads: int = 4):
         super().__init__(d, seed)
-        if d % heads:
-            raise ValueError(f"d ({d}) must be divisible by heads ({heads})")
-        self.heads, self.dh = heads, d // heads
-        self.q, self.k, self.v, self.out = (self.linear(d, d) for _ in range(4))
+        _projections(self, d, heads)
         self.gate_out = self.linear(d, d)  # the output gate's W_r
         self.norm = nn.Parameter(torch.ones(self.dh))  # the output norm's gain, shared by the heads
 
