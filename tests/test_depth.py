@@ -115,6 +115,38 @@ def test_static_and_select_start_as_or_near_the_standard_residual():
     assert sum(r["weight"] for r in rows if r["layer"] == 2) == pytest.approx(1.0)
 
 
+def _mix_grads(model: DepthLM, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    logits = model(idx[:, :-1])
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten()).backward()
+    # a parameter no gradient reached has none at all: read as zeros, so that the test names it
+    return {name: torch.zeros_like(p) if p.grad is None else p.grad.clone() for name, p in model.mix.named_parameters()}
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r != "sum"])
+def test_every_mixing_weight_gets_a_gradient_from_the_first_step(rule):
+    # The failure reported for constrained hyper-connections: a mixing parameter that no gradient
+    # reaches trains nothing, and the rule is then a fixed sum by another name.  Every element of every
+    # mixing parameter is checked, at the rule's starting point (not perturbed).
+    model = DepthLM(small(rule), seed=2)
+    idx = torch.randint(0, 31, (4, 12), generator=torch.Generator().manual_seed(6))
+    grads = _mix_grads(model, idx)
+    # select's norms sit behind gates that start at 0: no gradient reaches them at the first step, by
+    # construction (the same as MUDDFormer's zero-initialised dynamic weights) ...
+    behind_zero = {n for n in grads if n.startswith("norms.")}
+    assert bool(behind_zero) == (rule == "select")
+    for name, g in grads.items():
+        if name in behind_zero:
+            assert torch.count_nonzero(g) == 0, name
+        else:
+            assert torch.count_nonzero(g) == g.numel(), f"{name}: {g.numel() - torch.count_nonzero(g)} elements get no gradient"
+    # ... and every one of them has one after that step.
+    torch.optim.AdamW(model.parameters(), lr=1e-3).step()
+    grads = _mix_grads(model, idx)
+    assert all(torch.count_nonzero(g) == g.numel() for g in grads.values()), \
+        [n for n, g in grads.items() if torch.count_nonzero(g) < g.numel()]
+
+
 def test_depth_weights_are_lower_triangular_and_sum_draws_its_own_output():
     idx = torch.randint(0, 31, (1, 6), generator=torch.Generator().manual_seed(5))
     rows = depth_weights(DepthLM(small("sum", layers=3), seed=0), idx)
