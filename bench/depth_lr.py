@@ -1,6 +1,6 @@
 """Each residual rule's learning rate for the depth comparison, scored on a dev slice of the *training* text.
 
-    python -m bench.depth_lr [--preset quick] [--rules sum,static,select] [--lrs 1e-3,3e-3,1e-2] [--depth 8]
+    python -m bench.depth_lr [--preset quick] [--rules sum,static,dynamic,select] [--lrs 1e-3,3e-3,1e-2] [--depth 8]
                              [--seeds 0,1] [--dev-tokens 65536] [--workers 2] [--json]
 
 Each (rule, rate, seed) trains the depth experiment's own cell (:func:`ema_core.experiments.depth.run_cell`:
@@ -20,6 +20,7 @@ import numpy as np
 
 from bench.lm_lr import _floats, _ints, dev_split, log
 from bench.machine import machine_info
+from ema_core.depth import RULES
 from ema_core.experiments import NullReporter, build_config
 from ema_core.experiments.cells import one_thread, run_parallel
 
@@ -39,7 +40,7 @@ def _cell(cfg, rule: str, depth: int, seed: int, dev_tokens: int) -> dict:
         return run_cell(cfg, rule, depth, seed, streams=streams, probes=False)["row"]
 
 
-def sweep(preset: str = "quick", rules=("sum", "static", "select"), lrs=DEFAULT_LRS, depth: int = 8, seeds=(0, 1),
+def sweep(preset: str = "quick", rules=RULES, lrs=DEFAULT_LRS, depth: int = 8, seeds=(0, 1),
           dev_tokens: int = 65_536, workers: int = 2) -> dict:
     jobs, configs = [], []
     for rule in rules:
@@ -96,7 +97,7 @@ def print_report(r: dict) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.depth_lr", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="quick", help="the depth run preset whose budget is swept (default: quick)")
-    p.add_argument("--rules", default="sum,static,select", help="comma-separated residual rules")
+    p.add_argument("--rules", default=",".join(RULES), help="comma-separated residual rules")
     p.add_argument("--lrs", type=_floats, default=list(DEFAULT_LRS), help="peak learning rates, comma-separated")
     p.add_argument("--depth", type=int, default=8, help="blocks of the models swept")
     p.add_argument("--seeds", type=_ints, default=[0, 1], help="seeds, comma-separated (the mean decides)")

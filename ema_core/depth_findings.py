@@ -219,9 +219,16 @@ CLAIMS: tuple[Claim, ...] = (
           "sum − static > 0)", f"{_DILUTION}; predicted order: fixed sum < static weights < selection", "[A] [S]",
           "the fixed sum and static weights at a shared depth", "held-out loss", "nats/token",
           _beats("sum", "static")),
-    Claim("select_beats_static", "Input-dependent selection beats static weights (held-out loss at the deepest "
-          "depth, static − select > 0)", "only learned, input-dependent selection fixes the dilution", "[A] [S]",
-          "static weights and selection at a shared depth", "held-out loss", "nats/token",
+    # Input dependence alone: dynamic is static plus a per-token increment, nothing else changed (no
+    # softmax, the same starting point, parameters as select's).
+    Claim("dynamic_beats_static", "Input-dependent weights beat static ones (held-out loss at the deepest depth, "
+          "static − dynamic > 0)", "only learned, input-dependent selection fixes the dilution", "[A] [S]",
+          "static and input-dependent (dynamic) weights at a shared depth", "held-out loss", "nats/token",
+          _beats("static", "dynamic")),
+    # The convex variant: input-dependent and normalised at once, so it cannot be pinned on either.
+    Claim("select_beats_static", "Convex input-dependent selection beats static weights (held-out loss at the "
+          "deepest depth, static − select > 0)", "only learned, input-dependent selection fixes the dilution",
+          "[A] [S]", "static weights and selection at a shared depth", "held-out loss", "nats/token",
           _beats("static", "select")),
     Claim("gap_grows_with_depth", "Fixed accumulation loses more to selection as the stack deepens (gap = held-out "
           "loss, sum − select; gap at the deepest depth − gap at the shallowest > 0)",

@@ -30,7 +30,7 @@ import zlib
 from typing import Callable, Iterable
 
 from ema_core.config import PAPER_ALPHAS
-from ema_core.depth import EXPLORER_RULES
+from ema_core.depth import ALL_RULES
 from ema_core.mixers import MIXER_NAMES
 
 # -- neutrals ----------------------------------------------------------------------------------------
@@ -72,13 +72,15 @@ _MIXER_HUES = {
 # None of them is a mechanism's hue above.
 _EXTRA_MIXER_COLORS = ("#9d755d", "#eeca3b", "#d6a5c9", "#8cd17d", "#83bcb6", "#d8b5a5")
 
-# The depth study's rules (ema_core.depth.EXPLORER_RULES), in the hue of the mechanism each is: a fixed
+# The depth study's rules (ema_core.depth.ALL_RULES), in the hue of the mechanism each is: a fixed
 # sum is fixed accumulation, the depth twin of an EMA trace (the EMA blue); fixed decay over depth a
 # cooler EMA hue; DenseFormer's static weights are learned (the learned purple); input-dependent
-# selection is what softmax attention does (its red).
-_DEPTH_RULE_HUES = {"sum": EMA, "decay": EMA_MULTI, "static": LEARNED, "select": SOFTMAX_ATTENTION[0]}
+# selection is what softmax attention does (its red); static weights moved per token by an unnormalised
+# increment are a data-dependent gate over a fixed form (the gated attention's pink).
+_DEPTH_RULE_HUES = {"sum": EMA, "decay": EMA_MULTI, "static": LEARNED, "dynamic": GATED_ATTENTION,
+                    "select": SOFTMAX_ATTENTION[0]}
 # Keyed from the one list of rules, so it holds exactly the rules there are.
-DEPTH_RULE_COLORS: dict[str, str] = {rule: _DEPTH_RULE_HUES[rule] for rule in EXPLORER_RULES}
+DEPTH_RULE_COLORS: dict[str, str] = {rule: _DEPTH_RULE_HUES[rule] for rule in ALL_RULES}
 
 # The structure study: what a probe reads (the store's feature sets).  SPCN's traces are EMA traces,
 # the n-gram window is a fixed window, the BiGRU a learned recurrence.

@@ -102,12 +102,14 @@ def test_a_rule_that_mixes_across_tokens_is_caught_by_the_probe():
         check_causal(model, T=12)
 
 
-def test_static_and_select_start_as_or_near_the_standard_residual():
+def test_static_dynamic_and_select_start_as_or_near_the_standard_residual():
     idx = torch.randint(0, 31, (2, 8), generator=torch.Generator().manual_seed(4))
     base = DepthLM(small("sum"), seed=8)
     static = DepthLM(small("static"), seed=8)
     # The same body (the same draws for every block), and α one-hot on each block's own output.
     torch.testing.assert_close(static(idx), base(idx), rtol=0, atol=0)
+    # dynamic is static's α plus an increment that starts at 0: the sum model too, bit for bit
+    torch.testing.assert_close(DepthLM(small("dynamic"), seed=8)(idx), base(idx), rtol=0, atol=0)
     select = DepthLM(small("select"), seed=8)
     rows = depth_weights(select, idx)
     own = [r["weight"] for r in rows if r["layer"] == r["source"]]
@@ -131,10 +133,10 @@ def test_every_mixing_weight_gets_a_gradient_from_the_first_step(rule):
     model = DepthLM(small(rule), seed=2)
     idx = torch.randint(0, 31, (4, 12), generator=torch.Generator().manual_seed(6))
     grads = _mix_grads(model, idx)
-    # select's norms sit behind gates that start at 0: no gradient reaches them at the first step, by
-    # construction (the same as MUDDFormer's zero-initialised dynamic weights) ...
+    # select's and dynamic's norms sit behind gates that start at 0: no gradient reaches them at the
+    # first step, by construction (as behind MUDDFormer's zero-initialised dynamic weights) ...
     behind_zero = {n for n in grads if n.startswith("norms.")}
-    assert bool(behind_zero) == (rule == "select")
+    assert bool(behind_zero) == (rule in ("select", "dynamic"))
     for name, g in grads.items():
         if name in behind_zero:
             assert torch.count_nonzero(g) == 0, name
@@ -160,6 +162,7 @@ def test_parameters_match_within_one_percent_at_the_quick_depths():
                                         rule=r)) for r in RULES}
         assert max(counts.values()) / min(counts.values()) - 1 < 0.01, (L, counts)
         assert counts["sum"] < counts["static"] < counts["select"]  # each rule's own parameters are counted
+        assert counts["dynamic"] == counts["select"]  # α in place of select's bias: the same count
 
 
 def test_a_grid_whose_rules_are_not_matched_is_refused_with_the_gap():
@@ -221,7 +224,7 @@ def tiny_result():
 def test_the_run_reports_every_cell_and_the_map_the_cli_promises(tiny_result):
     cfg, result = tiny_result
     rows = result["tables"]["depth_results"]
-    assert len(rows) == 3 * 2 * SEEDS == result["summary"]["cells"]
+    assert len(rows) == len(RULES) * 2 * SEEDS == result["summary"]["cells"]
     m = result["summary"]["map"]
     assert set(m) == set(RULES) and all(set(by) == {"1", "2"} for by in m.values())
     assert all({"val_loss", "probe_token", "probe_early"} <= set(v) for by in m.values() for v in by.values())
@@ -240,7 +243,7 @@ def test_weights_rows_cover_every_layer_and_source(tiny_result):
     _, result = tiny_result
     w = result["tables"]["depth_weights"]
     # per cell: Σ_{i=1..L} (i + 1) rows; L = 1: 2, L = 2: 5
-    assert len(w) == 3 * SEEDS * (2 + 5)
+    assert len(w) == len(RULES) * SEEDS * (2 + 5)
     static = [r for r in w if r["rule"] == "static" and r["depth"] == 2 and r["seed"] == 0]
     assert {(r["layer"], r["source"]) for r in static} == {(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)}
 
@@ -261,4 +264,4 @@ def test_a_cancelled_run_resumes_cell_by_cell_to_the_same_rows(tiny_result):
 def test_headline_names_the_deepest_depth(tiny_result):
     _, result = tiny_result
     line = REGISTRY["depth"].headline(result["summary"])
-    assert line.startswith(f"{3 * 2 * SEEDS} cells · val loss at 2 blocks: sum ")
+    assert line.startswith(f"{len(RULES) * 2 * SEEDS} cells · val loss at 2 blocks: sum ")

@@ -16,7 +16,7 @@ import ema_core.depth.explorer
 from apptest import ok, open_page
 from ema_core import palette
 from ema_core.config import config_error
-from ema_core.depth import EXPLORER_RULES, RULE_LABELS
+from ema_core.depth import ALL_RULES, EXPLORER_RULES, RULE_LABELS, RULES
 from ema_core.depth.explorer import (
     ExplorerConfig,
     Stack,
@@ -328,8 +328,8 @@ def _charts(cfg: ExplorerConfig) -> list:
 
 
 def test_every_colour_is_the_palettes_and_a_rule_keeps_its_colour():
-    assert set(palette.DEPTH_RULE_COLORS) == set(EXPLORER_RULES)
-    assert len(set(palette.DEPTH_RULE_COLORS.values())) == len(EXPLORER_RULES)
+    assert set(palette.DEPTH_RULE_COLORS) == set(ALL_RULES) >= set(EXPLORER_RULES) | set(RULES)
+    assert len(set(palette.DEPTH_RULE_COLORS.values())) == len(ALL_RULES)
     # one mechanism, one colour: fixed accumulation is the EMA blue, selection softmax's red, static learned
     assert palette.DEPTH_RULE_COLORS["sum"] == palette.mixer_color("ema")
     assert palette.DEPTH_RULE_COLORS["select"] == palette.mixer_color("softmax")

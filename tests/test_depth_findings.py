@@ -50,7 +50,7 @@ def paper_like(seeds=SEEDS, depths=DEPTHS):
     last stream loses block 1 with depth; a small per-seed wobble (known numbers)."""
     def tweak(r, i):
         L, rule = r["depth"], r["rule"]
-        r["val_loss"] += {"sum": 0.01 * L + 0.001 * i, "static": 0.005 * L, "select": 0.0}[rule]
+        r["val_loss"] += {"sum": 0.01 * L + 0.001 * i, "static": 0.005 * L, "dynamic": 0.0, "select": 0.0}[rule]
         r["probe_early"] = 0.9 - 0.02 * L - 0.001 * i * L / 4 if rule == "sum" else 0.8
         r["probe_token_init"] = 0.7 + 0.01 * i
     return flat(seeds, depths, tweak=tweak)
@@ -64,6 +64,11 @@ def by_key(verdicts):
 def _plant_static_beats_sum(r, i, d):
     if r["rule"] == "sum" and r["depth"] == DEPTHS[-1]:
         r["val_loss"] += d
+
+
+def _plant_dynamic_beats_static(r, i, d):
+    if r["rule"] == "dynamic" and r["depth"] == DEPTHS[-1]:
+        r["val_loss"] -= d
 
 
 def _plant_select_beats_static(r, i, d):
@@ -85,16 +90,17 @@ def _plant_probe_reads_tokens(r, i, d):
     r["probe_token_init"] = CHANCE + d
 
 
-PLANT = {"static_beats_sum": _plant_static_beats_sum, "select_beats_static": _plant_select_beats_static,
+PLANT = {"static_beats_sum": _plant_static_beats_sum, "dynamic_beats_static": _plant_dynamic_beats_static,
+         "select_beats_static": _plant_select_beats_static,
          "gap_grows_with_depth": _plant_gap_grows, "sum_loses_early_block": _plant_early_lost,
          "probe_reads_tokens": _plant_probe_reads_tokens}
 
 
 def test_doctests_and_the_declared_names():
     assert doctest.testmod(df_module).failed == 0
-    assert PREDICTED_ORDER == RULES == ("sum", "static", "select")
-    assert [c.key for c in CLAIMS] == ["static_beats_sum", "select_beats_static", "gap_grows_with_depth",
-                                       "sum_loses_early_block"]
+    assert PREDICTED_ORDER == RULES == ("sum", "static", "dynamic", "select")
+    assert [c.key for c in CLAIMS] == ["static_beats_sum", "dynamic_beats_static", "select_beats_static",
+                                       "gap_grows_with_depth", "sum_loses_early_block"]
     assert [c.key for c in SANITY_CHECKS] == ["probe_reads_tokens"] and all(c.sanity for c in SANITY_CHECKS)
     assert not any(c.sanity for c in CLAIMS) and set(PLANT) == {c.key for c in (*CLAIMS, *SANITY_CHECKS)}
     assert VERDICT_RULE.endswith(RULE_AS_TEST)
@@ -127,7 +133,7 @@ def test_every_claim_can_come_out_each_way(key, outcome):
 def test_the_other_claims_stay_where_they_were():
     """A Δ planted for one claim moves no claim that reads other cells (paired Δ cancels each seed's offset)."""
     verdicts = by_key(claim_verdicts(flat(tweak=lambda r, i: _plant_early_lost(r, i, 0.05 + 0.01 * i))))
-    for key in ("static_beats_sum", "select_beats_static", "gap_grows_with_depth"):
+    for key in ("static_beats_sum", "dynamic_beats_static", "select_beats_static", "gap_grows_with_depth"):
         v = verdicts[key]
         assert v.delta.n == 3 and v.delta.mean == pytest.approx(0.0, abs=1e-12) and v.verdict == "inconclusive"
 
@@ -177,7 +183,7 @@ def test_fewer_than_three_seeds_are_not_judged():
 def test_a_missing_rule_or_depth_is_not_measured_never_an_error():
     no_select = by_key(claim_verdicts(flat(rules=("sum", "static"))))
     assert no_select["static_beats_sum"].delta.n == 3
-    for key in ("select_beats_static", "gap_grows_with_depth"):
+    for key in ("dynamic_beats_static", "select_beats_static", "gap_grows_with_depth"):
         v = no_select[key]
         assert v.verdict == "not_measured" and v.word == "not measured" and not v.measured and v.numbers == ()
         assert v.sentence.endswith(f"not measured by these runs (it needs {v.claim.needs}).")
@@ -201,7 +207,7 @@ def test_missing_and_non_finite_values_are_left_out_cell_by_cell():
     rows.append({"rule": None, "depth": 16, "seed": 1, "val_loss": 1.0})      # no rule
     rows.append({"rule": "sum", "depth": 16, "seed": "x", "val_loss": 1.0})   # no seed
     v = by_key(claim_verdicts(rows))
-    assert v["static_beats_sum"].delta.n == v["select_beats_static"].delta.n == 2
+    assert v["static_beats_sum"].delta.n == v["select_beats_static"].delta.n == v["dynamic_beats_static"].delta.n == 2
     assert v["static_beats_sum"].verdict == "not_judged"
     assert v["gap_grows_with_depth"].delta.n == 3  # reads neither hole
     assert v["sum_loses_early_block"].delta.n == 2
@@ -230,7 +236,7 @@ def test_the_measured_order_is_worst_first_as_the_prediction():
     rows = flat(depths=(4,), tweak=lambda r, i: r.update(val_loss=r["val_loss"] + (0.5 if r["rule"] == "select"
                                                                                         else 0.0)))
     rows += [row("mine", 4, s, val_loss=0.0) for s in SEEDS]
-    assert [r for r, _ in measured_order(rows, 4)] == ["select", "sum", "static", "mine"]  # ties in RULES order
+    assert [r for r, _ in measured_order(rows, 4)] == ["select", "sum", "static", "dynamic", "mine"]  # ties in RULES order
     assert measured_order(rows, 16) == []
 
 

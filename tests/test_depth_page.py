@@ -15,7 +15,7 @@ from depth_fixture import make_depth_runs
 
 from ema_core import palette
 from ema_core.depth import RULE_LABELS, RULES
-from ema_core.depth_findings import (PREDICTED_ORDER, VERDICT_RULE, claim_verdicts, claims_and_checks,
+from ema_core.depth_findings import (CLAIMS, PREDICTED_ORDER, VERDICT_RULE, claim_verdicts, claims_and_checks,
                                      depth_statement, measured_order)
 from ema_core.experiments import build_config
 from ema_core.figures.depth import DEPTH_METRICS
@@ -247,7 +247,7 @@ def test_the_page_sets_the_papers_order_beside_the_measured_one_and_judges_each_
     # Every claim, then the sanity check, on one line each: its verdict as a badge, what was expected and
     # measured; the full sentence beside the rule in the expander.
     claims, checks = claims_and_checks(claim_verdicts(rows))
-    assert len(claims) == 4 and len(checks) == 1
+    assert len(claims) == len(CLAIMS) == 5 and len(checks) == 1
     assert _verdict_lines(at) == _expected_lines(claims) + _expected_lines(checks)
     assert VERDICT_RULE in text
     for s in depth_scores(claims + checks):
@@ -315,7 +315,7 @@ def test_below_three_seeds_no_claim_is_judged(thin_home, monkeypatch):
     verdicts = claim_verdicts(rows)
     assert all(v.word == "not judged: 1 seed" for v in verdicts)
     lines = _verdict_lines(at)
-    assert lines == _expected_lines(verdicts) and len(lines) == 5
+    assert lines == _expected_lines(verdicts) and len(lines) == len(CLAIMS) + 1
     assert all(":gray-badge[" in line and "not judged: 1 seed" in line and "1 seed of the 3 the rule needs" in line
                for line in lines)
     text = "\n".join(m.value for m in at.markdown)

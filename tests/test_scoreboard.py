@@ -101,7 +101,7 @@ def test_depth_scores_carry_each_verdict_in_the_boards_shape():
     rows = [_depth_row(rule, L, s, 5.0 + (0.1 + 0.01 * s if rule == "sum" and L == 16 else 0.0))
             for s in (0, 1, 2) for L in (4, 16) for rule in ("sum", "static")]
     scores = {s.key: s for s in depth_scores(depth_verdicts(rows))}
-    assert list(scores) == ["static_beats_sum", "select_beats_static", "gap_grows_with_depth",
+    assert list(scores) == ["static_beats_sum", "dynamic_beats_static", "select_beats_static", "gap_grows_with_depth",
                             "sum_loses_early_block", "probe_reads_tokens"]
     beats = scores["static_beats_sum"]
     assert beats.study == "depth" and beats.verdict == "reproduced" and beats.seeds == 3 and not beats.sanity

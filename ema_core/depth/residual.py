@@ -18,6 +18,11 @@ and the rule sets ``mix_i``:
   softmax over the outputs so far, its logits read from the current block's output at the same
   token (the dynamic dense connections of MUDDFormer and hyper-connections, in their simplest form).
   W_i starts at 0 and b_i puts 0.9 of the weight on x_i, so the model starts near the ``sum`` one.
+* ``dynamic``: z_i[t] = Σ_j (α_ij + (W_i · norm(x_i[t]))_j) x_j[t]: ``static``'s signed weights plus a
+  per-token increment read from the current block's output, unnormalised (MUDDFormer's and
+  hyper-connections' static-plus-dynamic form, in its simplest shape).  α starts as ``static``'s and W_i
+  at 0, so the model starts as the ``sum`` one exactly; it differs from ``static`` only in reading the
+  token, and from ``select`` in having no softmax (signed weights that need not sum to 1).
 
 Every rule mixes the outputs of one token position only: none reads another token, so each model is
 as causal as its attention (held to the exact probe, :func:`ema_core.mixers.causality.check_causal`).
@@ -26,8 +31,8 @@ The fast path (:meth:`DepthMix.forward`) stacks the outputs and contracts them i
 float64 reference (:func:`reference_mix`) adds them one by one, token by token, with the weights
 written out, so the tests chain the two on outputs, the final stream and gradients.
 
-Sizes: ``static`` adds L(L + 3)/2 scalars, ``select`` adds (i + 1)(d + 1) + a norm per block (0.6 %
-of the tiny model at 16 blocks): :func:`params` counts each, and the experiment refuses a grid whose
+Sizes: ``static`` adds L(L + 3)/2 scalars, ``select`` and ``dynamic`` add (i + 1)(d + 1) + a norm per
+block each (0.6 % of the tiny model at 16 blocks): :func:`params` counts each, and the experiment refuses a grid whose
 rules differ by more than 1 % at a depth.
 """
 from __future__ import annotations
@@ -62,32 +67,35 @@ class DepthMix(nn.Module):
         if rule not in RULES:
             raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
         self.rule, self.n_layers = rule, n_layers
-        if rule == "static":
+        if rule in ("static", "dynamic"):
             # α_i over x_0..x_i, one vector per block: 1 on its own output, 0 elsewhere
             self.alpha = nn.ParameterList(nn.Parameter(F.one_hot(torch.tensor(i), i + 1).float())
                                           for i in range(1, n_layers + 1))
-        elif rule == "select":
+        if rule in ("select", "dynamic"):
             self.norms = nn.ModuleList(make_norm(norm, d) for _ in range(n_layers))
-            self.gates = nn.ModuleList(nn.Linear(d, i + 1, bias=True) for i in range(1, n_layers + 1))
+            # select's bias is its static part; dynamic's is α (a bias beside it would be a second copy)
+            self.gates = nn.ModuleList(nn.Linear(d, i + 1, bias=rule == "select") for i in range(1, n_layers + 1))
 
     def reset(self) -> None:
         """The rule's starting point (after the body's init, which would draw every matrix at random)."""
-        if self.rule == "select":
+        if self.rule in ("select", "dynamic"):
             with torch.no_grad():
                 for i, gate in enumerate(self.gates, start=1):
                     gate.weight.zero_()
-                    gate.bias.copy_(select_bias(i))
+                    if gate.bias is not None:
+                        gate.bias.copy_(select_bias(i))
 
     def forward(self, i: int, outs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(z_i, the weights used): z_i from the outputs x_0..x_i (each (B, T, d)); the weights are
-        (i + 1,) for ``static``, (B, T, i + 1) for ``select``, None for ``sum``."""
+        (i + 1,) for ``static``, (B, T, i + 1) for ``select`` and ``dynamic``, None for ``sum``."""
         if self.rule == "sum":
             return outs[i], None
         stacked = torch.stack(outs[: i + 1])  # (i + 1, B, T, d)
         if self.rule == "static":
             w = self.alpha[i - 1]
             return torch.einsum("j,jbtd->btd", w, stacked), w
-        w = torch.softmax(self.gates[i - 1](self.norms[i - 1](outs[i])), dim=-1)  # (B, T, i + 1)
+        logits = self.gates[i - 1](self.norms[i - 1](outs[i]))  # (B, T, i + 1)
+        w = torch.softmax(logits, dim=-1) if self.rule == "select" else self.alpha[i - 1] + logits
         return torch.einsum("btj,jbtd->btd", w, stacked), w
 
 
@@ -158,6 +166,10 @@ def reference_mix(rule: str, i: int, outs: list[torch.Tensor], mix: DepthMix) ->
         for t in range(T):
             if rule == "static":
                 w = [mix.alpha[i - 1][j].double() for j in range(i + 1)]
+            elif rule == "dynamic":
+                h = _reference_norm(mix.norms[i - 1], xs[i][b, t])
+                gate = mix.gates[i - 1]
+                w = [mix.alpha[i - 1][j].double() + gate.weight[j].double() @ h for j in range(i + 1)]
             else:
                 h = _reference_norm(mix.norms[i - 1], xs[i][b, t])
                 gate = mix.gates[i - 1]
@@ -202,8 +214,8 @@ def reference_streams(model: DepthLM, idx: torch.Tensor) -> dict[str, object]:
 def depth_weights(model: DepthLM, idx: torch.Tensor) -> list[dict]:
     """The weight each block's stream gives each earlier output, as DenseFormer draws them: one row
     per (layer i = 1..L, source j = 0..i).  ``sum``: 1 on its own output (x_i already holds every
-    earlier write); ``static``: the learned α; ``select``: the per-token weights averaged over ``idx``'s
-    tokens."""
+    earlier write); ``static``: the learned α; ``select`` and ``dynamic``: the per-token weights averaged
+    over ``idx``'s tokens."""
     was = model.training
     model.eval()
     try:

@@ -17,8 +17,8 @@ Result tables:
   val_loss (nats/token), val_bpb, probe_token, probe_token_chance, probe_early, probe_token_init,
   probe_early_init, seconds;
 * ``depth_weights``: the weight each block's stream gives each earlier output (rule, depth, seed,
-  layer 1..L, source 0..layer, weight): the learned α for ``static``, the per-token softmax averaged
-  over the probe tokens for ``select``, 1 on its own output for ``sum``.
+  layer 1..L, source 0..layer, weight): the learned α for ``static``, the per-token weights averaged
+  over the probe tokens for ``dynamic`` and ``select``, 1 on its own output for ``sum``.
 
 The summary holds ``cells``, ``seconds`` and ``map`` {rule: {depth: {"val_loss", "val_bpb",
 "probe_token", "probe_early"}}} (means over seeds), ``params`` {rule: {depth: count}},
@@ -54,8 +54,8 @@ PARAM_TOLERANCE = 0.01
 # Each rule's peak rate where ``train.lr`` is "auto": chosen on a dev slice of the training text (never
 # the held-out novel) by ``python -m bench.depth_lr`` at the quick budget and 8 blocks, lowest mean dev
 # loss over seeds 0 and 1, from 1e-3, 3e-3 and 1e-2: 3e-3 for every rule (1e-2 diverged on seed 1 for
-# each; docs/benchmarks.md, The depth comparison's rates).
-AUTO_LR: dict[str, float] = {"sum": 3e-3, "static": 3e-3, "select": 3e-3}
+# each; dynamic's chosen the same way when it was added; docs/benchmarks.md, The depth comparison's rates).
+AUTO_LR: dict[str, float] = {"sum": 3e-3, "static": 3e-3, "dynamic": 3e-3, "select": 3e-3}
 
 
 class DepthModelConfig(BaseModel):
@@ -164,7 +164,7 @@ def param_gap(cfg: DepthConfig, vocab: int) -> float:
 
 
 PRESETS: dict[str, dict] = {
-    # Three rules at 4, 8 and 16 blocks of the tiny width (d = 128), one seed, under 30 minutes on 2
+    # Every rule at 4, 8 and 16 blocks of the tiny width (d = 128), one seed, under 30 minutes on 2
     # cores (docs/benchmarks.md): 300 steps of 8 × 128 tokens (0.3M tokens) per model, two cells at a
     # time; each rule at its own rate (auto), the warm-up a third of the run.
     "quick": {"seeds": 1, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 128, "train.batch": 8,

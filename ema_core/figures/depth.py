@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ema_core import palette
-from ema_core.depth import EXPLORER_RULES, RULE_LABELS
+from ema_core.depth import ALL_RULES, RULE_LABELS
 from ema_core.dilution import rate_label
 from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH,
                               WIDTH, chart_title, color_scale, facet_grid, legend, reference_rule, value_format,
@@ -51,10 +51,10 @@ def explorer_series_color(label: str) -> str:
 
 
 def explorer_rule_order(labels) -> list[str]:
-    """Rule labels in EXPLORER_RULES' order, then any other series (the trace), in whatever order the
+    """Rule labels in ALL_RULES' order, then any other series (the trace), in whatever order the
     rows came."""
     labels = list(dict.fromkeys(labels))
-    rules = [RULE_LABELS[r] for r in EXPLORER_RULES if RULE_LABELS[r] in labels]
+    rules = [RULE_LABELS[r] for r in ALL_RULES if RULE_LABELS[r] in labels]
     return rules + [lab for lab in labels if lab not in rules]
 
 
@@ -259,7 +259,7 @@ WHEN_DASHES = {"trained": [1, 0], "at init": [5, 4]}
 
 def _rules_present(names) -> list[str]:
     present = set(names)
-    return [r for r in EXPLORER_RULES if r in present] + sorted(present - set(EXPLORER_RULES))
+    return [r for r in ALL_RULES if r in present] + sorted(present - set(ALL_RULES))
 
 
 def _rule_color(rules: list[str], width: float = COLUMN_WIDTH) -> alt.Color:
