@@ -8,6 +8,7 @@ from ema_core.depth import RULE_LABELS, RULES
 from ema_core.depth_findings import (PREDICTED_ORDER, VERDICT_RULE, claim_verdicts, claims_and_checks, depth_statement,
                                      measured_order)
 from ema_core.experiments import REGISTRY, build_config
+from ema_core.experiments.depth import PRESET_RULES
 from ema_core.figures.depth import DEPTH_METRICS, depth_frame, depth_metric_chart, weights_frame, weights_map
 from ema_core.scoreboard import depth_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
@@ -73,7 +74,7 @@ def launch_section() -> None:
                                 help="the first seed; a run of several seeds counts up")
         seeds = right.number_input("Seeds", min_value=1, max_value=32, value=1, step=1, key="depth_seeds",
                                    help=f"seeds in this run (the claims need {VERDICT_MIN_SEEDS})")
-        rules = st.multiselect("Residual rules", list(RULES), default=list(RULES), key="depth_rules",
+        rules = st.multiselect("Residual rules", list(RULES), default=list(PRESET_RULES), key="depth_rules",
                                format_func=lambda r: RULE_LABELS[r])
         launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
     if launched:

@@ -18,6 +18,7 @@ from ema_core.depth import RULE_LABELS, RULES
 from ema_core.depth_findings import (CLAIMS, PREDICTED_ORDER, VERDICT_RULE, claim_verdicts, claims_and_checks,
                                      depth_statement, measured_order)
 from ema_core.experiments import build_config
+from ema_core.experiments.depth import PRESET_RULES
 from ema_core.figures.depth import DEPTH_METRICS
 from ema_core.scoreboard import depth_scores
 from pages._verdicts import badge
@@ -133,7 +134,8 @@ def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
     assert at.get("vega_lite_chart") == [] and len(at.dataframe) == 0
     assert any(s.value == "Launch" for s in at.subheader)
     assert at.multiselect(key="depth_rules").options == [RULE_LABELS[r] for r in RULES]
-    assert at.multiselect(key="depth_rules").value == list(RULES)
+    # the presets' rules by default (dynamic waits for a rate per depth), every rule on offer
+    assert at.multiselect(key="depth_rules").value == list(PRESET_RULES) != list(RULES)
     # Each preset's grid, tokens and seeds as its config has them (the note is read from it).
     text = "\n".join(m.value for m in at.markdown)
     for preset in ("quick", "full"):
