@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     overrides = dict(kv.split("=", 1) for kv in a.set)
-    cfgs = [build_config("boundary", preset=a.preset, seed=seed, overrides={**overrides, "seeds": 1}) for seed in a.seed]
+    cfgs = [build_config("boundary", preset=a.preset, seed=seed, overrides={**overrides, "seeds": 1})
+            for seed in a.seed]
     cfg = cfgs[0]
     grid = [c for one in cfgs for c in cells(one)]
     # The longest first, so that no worker is left alone with one at the end.

@@ -77,15 +77,14 @@ def boundary_recall_state(run_ids: RunIds = None, *, home: Path | None = None) -
 
 def run_figures(rows: pd.DataFrame) -> list:
     """The figures of one run's exported rows (the Export page offers them as SVG/PNG)."""
-    # altair: only when a figure is drawn, not on every `import store`
-    from ema_core.figures.boundary import run_figures as draw
+    from ema_core.figures.boundary import run_figures as draw  # altair: when a figure is drawn, not on `import store`
 
     return draw(rows)
 
 
 def recall_figures(rows: pd.DataFrame) -> list:
     """The figure of one run's exported recall-against-state rows."""
-    from ema_core.figures.boundary import recall_figures as draw
+    from ema_core.figures.boundary import recall_figures as draw  # altair: when drawn, not on `import store`
 
     return draw(rows)
 

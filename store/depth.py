@@ -59,7 +59,7 @@ def run_figures(rows: pd.DataFrame) -> list:
 
 def weights_figures(rows: pd.DataFrame) -> list:
     """The depth-weight maps of one run's exported ``depth_weights`` rows, one per depth."""
-    from ema_core.figures.depth import weights_figures as draw
+    from ema_core.figures.depth import weights_figures as draw  # altair: when a figure is drawn, not on `import store`
 
     return draw(rows)
 

@@ -166,18 +166,18 @@ def reference_mix(rule: str, i: int, outs: list[torch.Tensor], mix: DepthMix) ->
         for t in range(T):
             if rule == "static":
                 w = [mix.alpha[i - 1][j].double() for j in range(i + 1)]
-            elif rule == "dynamic":
+            else:  # the gate's read of this token's output, as dot products
                 h = _reference_norm(mix.norms[i - 1], xs[i][b, t])
                 gate = mix.gates[i - 1]
-                w = [mix.alpha[i - 1][j].double() + gate.weight[j].double() @ h for j in range(i + 1)]
-            else:
-                h = _reference_norm(mix.norms[i - 1], xs[i][b, t])
-                gate = mix.gates[i - 1]
-                logits = [gate.weight[j].double() @ h + gate.bias[j].double() for j in range(i + 1)]
-                top = max(float(v.detach()) for v in logits)  # shifted for range only: the softmax is unchanged
-                e = [torch.exp(v - top) for v in logits]
-                total = sum(e)
-                w = [v / total for v in e]
+                reads = [gate.weight[j].double() @ h for j in range(i + 1)]
+                if rule == "dynamic":
+                    w = [mix.alpha[i - 1][j].double() + reads[j] for j in range(i + 1)]
+                else:
+                    logits = [reads[j] + gate.bias[j].double() for j in range(i + 1)]
+                    top = max(float(v.detach()) for v in logits)  # shifted for range only: the softmax is unchanged
+                    e = [torch.exp(v - top) for v in logits]
+                    total = sum(e)
+                    w = [v / total for v in e]
             z = torch.zeros(d, dtype=torch.float64)
             for j in range(i + 1):
                 z = z + w[j] * xs[j][b, t]

@@ -172,14 +172,14 @@ PRESETS: dict[str, dict] = {
     # Three rules at 4, 8 and 16 blocks of the tiny width (d = 128), one seed, under 30 minutes on 2
     # cores (docs/benchmarks.md): 300 steps of 8 × 128 tokens (0.3M tokens) per model, two cells at a
     # time; each rule at its own rate (auto), the warm-up a third of the run.
-    "quick": {"rules": PRESET_RULES, "seeds": 1, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 128, "train.batch": 8,
-              "train.steps": 300, "train.warmup": 100, "train.lr": AUTO, "train.eval_every": 100,
+    "quick": {"rules": PRESET_RULES, "seeds": 1, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 128,
+              "train.batch": 8, "train.steps": 300, "train.warmup": 100, "train.lr": AUTO, "train.eval_every": 100,
               "train.eval_tokens": 8192, "train.final_eval_tokens": 32_768, "train.checkpoint_every": 1_000_000,
               "probe.windows": 48},
     # The same grid, three seeds, eight times the tokens per model (4× the steps, 2× the context): a night on
     # 2 cores, an hour on a GPU.
-    "full": {"rules": PRESET_RULES, "seeds": 3, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8,
-             "train.steps": 1200, "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 200,
+    "full": {"rules": PRESET_RULES, "seeds": 3, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 256,
+             "train.batch": 8, "train.steps": 1200, "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 200,
              "train.eval_tokens": 16_384, "train.final_eval_tokens": 65_536, "train.checkpoint_every": 1_000_000,
              "probe.windows": 64},
 }

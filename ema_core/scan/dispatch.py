@@ -59,7 +59,7 @@ def ema_scan(x, alphas, h0=None, reset=None, *, backend: str = "auto", validate:
         # numba figures of bench scan) never load it.
         import torch  # 1.2 s: only the torch path loads it
 
-        from ema_core.scan.torch_scan import DEFAULT_CHUNK, ema_scan_torch
+        from ema_core.scan.torch_scan import DEFAULT_CHUNK, ema_scan_torch  # torch: only the torch path
 
         if not _is_tensor(x):
             x = torch.as_tensor(np.asarray(x))
@@ -82,7 +82,7 @@ def ema_scan(x, alphas, h0=None, reset=None, *, backend: str = "auto", validate:
     elif name == "numba":
         # numba (0.2 s to import, more to load the compiled kernels) only for the numba path: the
         # language models' torch path never loads it.
-        from ema_core.scan.numba_cpu import ema_scan_numba
+        from ema_core.scan.numba_cpu import ema_scan_numba  # numba: only the numba path
 
         if x.dtype not in (np.float32, np.float64):
             raise ValueError(f"x must be float32 or float64 on the CPU path, got dtype {x.dtype}")
