@@ -28,12 +28,22 @@ from ema_core.depth import RULE_LABELS, RULES
 from ema_core.verdicts import (RULE_AS_TEST, SANITY_WORDS, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread,
                                finite, judge, not_judged, records, spread, t_threshold)
 
-# The paper's predicted order, worst first (as RULES is declared): the fixed sum below static learned
-# weights, below input-dependent selection.
-PREDICTED_ORDER = RULES
+# The paper's predicted order, worst first, in tiers: the fixed sum below static learned weights, below
+# input-dependent weights.  The paper does not order its two input-dependent forms (``dynamic``, static
+# plus a per-token increment, and ``select``, a per-token softmax) against each other: they share a tier.
+PREDICTED_ORDER: tuple[tuple[str, ...], ...] = (("sum",), ("static",), ("dynamic", "select"))
 
 # The per-cell numbers the claims read (the rest of a row is carried by the store, never judged).
-METRICS = ("val_loss", "probe_early", "probe_early_init", "probe_token_init", "probe_token_chance")
+METRICS = ("val_loss", "probe_early", "probe_early_init", "probe_early_resid", "probe_early_resid_init",
+           "probe_prev", "probe_prev_init", "probe_prev_chance", "probe_token_init", "probe_token_chance")
+# A remix row (``depth_remix``) enters the grid as the cell (REMIX + its fitted rule, depth).
+REMIX = "remix:"
+# A probe that reads at least this much on the model at initialisation has no room to show a loss: its
+# claim is "not measurable" and nothing rests on it (the early-block probe's 0.998–0.999 was such a one).
+PROBE_CEILING = 0.99
+# The remix claim's threshold, fixed before its confirming run: the share of the jointly trained gap a
+# remix of the frozen sum must stay below for the loss to be in the stream rather than in its read.
+REMIX_SHARE = 0.5
 
 Key = tuple[str, int]  # (rule, depth in blocks)
 
@@ -62,14 +72,16 @@ class Grid:
         return self.seeds.get(seed, {}).get((rule, depth), {}).get(metric)
 
 
-def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
-    """Cells per seed from ``depth_results`` rows (dicts, or a DataFrame).  A row without a rule, a
+def grid(rows: Iterable[Mapping[str, Any]], remix: Iterable[Mapping[str, Any]] = ()) -> Grid:
+    """Cells per seed from ``depth_results`` rows (dicts, or a DataFrame), and from ``depth_remix`` rows as
+    the cells (REMIX + rule, depth) holding the remixed model's ``val_loss``.  A row without a rule, a
     finite depth or a finite seed is left out; within a row, each metric that is missing or not finite
     is left out alone (the cell's other numbers still count)."""
     sums: dict[int, dict[Key, dict[str, list[float]]]] = {}
     widths: set[int] = set()
     tokens: set[int] = set()
-    for r in records(rows):
+    remixed = [{**r, "rule": REMIX + str(r.get("rule")), "tokens": None} for r in records(remix)]
+    for r in [*records(rows), *remixed]:
         rule, depth, seed = r.get("rule"), finite(r.get("depth")), finite(r.get("seed"))
         if not isinstance(rule, str) or depth is None or seed is None:
             continue
@@ -88,8 +100,28 @@ def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
     return Grid(seeds, frozenset(widths), frozenset(tokens))
 
 
-def _as_grid(rows_or_grid) -> Grid:
-    return rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+def _as_grid(rows_or_grid, remix=()) -> Grid:
+    g = rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid, remix)
+    if len(g.tokens) > 1:
+        raise ValueError(f"these rows hold {len(g.tokens)} budgets ({', '.join(f'{t:,}' for t in sorted(g.tokens))} "
+                         "training tokens per model); judge each apart (by_budget)")
+    return g
+
+
+def by_budget(rows, remix=()) -> dict[int | None, tuple[list[dict], list[dict]]]:
+    """The rows and remix rows of each budget (training tokens per model; None where a row does not say),
+    smallest first.  A remix row goes with its budget by its own ``tokens`` (the store's reader joins it
+    from the sum model's row); one without goes with the only budget, or nowhere when there are several."""
+    out: dict[int | None, tuple[list[dict], list[dict]]] = {}
+    for r in records(rows):
+        t = finite(r.get("tokens"))
+        out.setdefault(None if t is None else int(t), ([], []))[0].append(r)
+    for m in records(remix):
+        t = finite(m.get("tokens"))
+        key = int(t) if t is not None else (next(iter(out)) if len(out) == 1 else "drop")
+        if key in out:
+            out[key][1].append(m)
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)))
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -117,6 +149,10 @@ class Measured:
     deltas: Mapping[int, float]
     numbers: tuple[tuple[str, Mapping[int, float]], ...] = ()
     over: str = ""
+    # Why the claim cannot be judged on these runs though Δ exists: the probe reads ≥ PROBE_CEILING at
+    # initialisation ("not measurable"), or the deep models have not trained past the shallow ones.
+    unmeasurable: str = ""
+    untrained: str = ""
 
 
 NOTHING = Measured({})
@@ -152,7 +188,9 @@ def _beats(worse: str, better: str) -> Callable[[Grid], Measured]:
 
 
 def _gap_grows(g: Grid) -> Measured:
-    """gap(L) = loss(sum, L) − loss(select, L); Δ = gap(deepest) − gap(shallowest)."""
+    """gap(L) = loss(sum, L) − loss(select, L); Δ = gap(deepest) − gap(shallowest).  Judged only where the
+    fixed sum's deepest model beats its shallowest (mean held-out loss over the same seeds): below that
+    budget a deeper stack is merely harder to train, and a mix that shortens it would "win" for that."""
     depths = g.depths("val_loss", "sum", "select")
     if len(depths) < 2:
         return NOTHING
@@ -160,25 +198,88 @@ def _gap_grows(g: Grid) -> Measured:
     cells = {f"{r}{L}": (r, L, "val_loss") for r in ("sum", "select") for L in (lo, hi)}
     deltas, v = _per_seed(g, cells, lambda c: (c[f"sum{hi}"] - c[f"select{hi}"]) - (c[f"sum{lo}"] - c[f"select{lo}"]))
     gaps = tuple((f"gap at {blocks(L)}", {s: v[f"sum{L}"][s] - v[f"select{L}"][s] for s in deltas}) for L in (lo, hi))
-    return Measured(deltas, gaps, f"from {blocks(lo)} to {blocks(hi)}")
+    untrained = ""
+    if deltas:
+        shallow, deep = _mean(v[f"sum{lo}"].values()), _mean(v[f"sum{hi}"].values())
+        if not deep < shallow:
+            untrained = (f"the fixed sum's deepest model does not beat its shallowest at this budget ({blocks(hi)} "
+                         f"{deep:.4f} against {blocks(lo)} {shallow:.4f} nats/token): deep models not yet trained")
+    return Measured(deltas, gaps, f"from {blocks(lo)} to {blocks(hi)}", untrained=untrained)
 
 
-def _early_lost(g: Grid) -> Measured:
-    """R² of block 1's write read from the fixed sum's last stream: shallowest − deepest."""
-    depths = g.depths("probe_early", "sum")
+def trained_deep(rows) -> dict[str, Any] | None:
+    """Whether the fixed sum's deepest model beats its shallowest in these rows (one budget): {"shallow",
+    "deep" (depths), "shallow_loss", "deep_loss" (means over the seeds holding both), "beats", "seeds"}, or
+    None where the rows hold the fixed sum at fewer than two depths."""
+    g = _as_grid(rows)
+    depths = g.depths("val_loss", "sum")
     if len(depths) < 2:
-        return NOTHING
+        return None
     lo, hi = depths[0], depths[-1]
-    deltas, v = _per_seed(g, {"lo": ("sum", lo, "probe_early"), "hi": ("sum", hi, "probe_early")},
-                          lambda c: c["lo"] - c["hi"])
-    numbers = [(f"R² at {blocks(lo)}", v["lo"]), (f"R² at {blocks(hi)}", v["hi"])]
-    # The same probe on the same model at its initialisation: the baseline training moved it from,
-    # shown beside the trained numbers (never part of Δ).
-    for L in (lo, hi):
-        init = {s: x for s in deltas if (x := g.value(s, "sum", L, "probe_early_init")) is not None}
-        if init:
-            numbers.append((f"R² at initialisation, {blocks(L)}", init))
-    return Measured(deltas, tuple(numbers), f"from {blocks(lo)} to {blocks(hi)}")
+    _, v = _per_seed(g, {"lo": ("sum", lo, "val_loss"), "hi": ("sum", hi, "val_loss")}, lambda c: 0.0)
+    if not v["lo"]:
+        return None
+    shallow, deep = _mean(v["lo"].values()), _mean(v["hi"].values())
+    return {"shallow": lo, "deep": hi, "shallow_loss": shallow, "deep_loss": deep, "beats": deep < shallow,
+            "seeds": len(v["lo"])}
+
+
+def _probe_lost(metric: str, what: str) -> Callable[[Grid], Measured]:
+    """``metric`` read from the fixed sum's last stream: shallowest − deepest depth.  "Not measurable" where
+    the same probe at initialisation reads ≥ PROBE_CEILING at either depth (mean over the seeds)."""
+    def measure(g: Grid) -> Measured:
+        depths = g.depths(metric, "sum")
+        if len(depths) < 2:
+            return NOTHING
+        lo, hi = depths[0], depths[-1]
+        deltas, v = _per_seed(g, {"lo": ("sum", lo, metric), "hi": ("sum", hi, metric)}, lambda c: c["lo"] - c["hi"])
+        numbers = [(f"{what} at {blocks(lo)}", v["lo"]), (f"{what} at {blocks(hi)}", v["hi"])]
+        # The same probe on the same model at its initialisation: the baseline training moved it from,
+        # shown beside the trained numbers (never part of Δ), and the test of whether it has room.
+        ceiling = []
+        for L in (lo, hi):
+            init = {s: x for s in deltas if (x := g.value(s, "sum", L, f"{metric}_init")) is not None}
+            if init:
+                numbers.append((f"{what} at initialisation, {blocks(L)}", init))
+                if _mean(init.values()) >= PROBE_CEILING:
+                    ceiling.append(f"{_mean(init.values()):.4f} at {blocks(L)}")
+        why = (f"the probe reads {' and '.join(ceiling)} already at initialisation (≥ {PROBE_CEILING:g}): no room "
+               "to show a loss" if ceiling else "")
+        return Measured(deltas, tuple(numbers), f"from {blocks(lo)} to {blocks(hi)}", unmeasurable=why)
+
+    return measure
+
+
+def _remix_short(rule: str) -> Callable[[Grid], Measured]:
+    """At the deepest depth: REMIX_SHARE × (loss(sum) − loss(rule), jointly trained) − (loss(sum) −
+    loss(the frozen sum remixed with rule's weights))."""
+    fitted = REMIX + rule
+
+    def measure(g: Grid) -> Measured:
+        depths = g.depths("val_loss", "sum", rule, fitted)
+        if not depths:
+            return NOTHING
+        L = depths[-1]
+        deltas, v = _per_seed(g, {"sum": ("sum", L, "val_loss"), "joint": (rule, L, "val_loss"),
+                                  "remix": (fitted, L, "val_loss")},
+                              lambda c: REMIX_SHARE * (c["sum"] - c["joint"]) - (c["sum"] - c["remix"]))
+        joint = {s: v["sum"][s] - v["joint"][s] for s in deltas}
+        recovered = {s: v["sum"][s] - v["remix"][s] for s in deltas}
+        return Measured(deltas, (("jointly trained gain", joint), ("remix gain", recovered)), f"at {blocks(L)}")
+
+    return measure
+
+
+def _early_readable(g: Grid) -> Measured:
+    """Per seed, the mean over its cells of block 1's write read from the last stream (R², trained)."""
+    deltas = {}
+    for seed in sorted(g.seeds):
+        vals = [c["probe_early"] for c in g.seeds[seed].values() if "probe_early" in c]
+        if vals:
+            deltas[seed] = _mean(vals)
+    if not deltas:
+        return NOTHING
+    return Measured(deltas, (("R²", dict(deltas)),), "over every rule and depth")
 
 
 def _probe_reads_tokens(g: Grid) -> Measured:
@@ -234,11 +335,26 @@ CLAIMS: tuple[Claim, ...] = (
           "loss, sum − select; gap at the deepest depth − gap at the shallowest > 0)",
           f"{_DILUTION}, and the dilution is irreversible: it grows with the number of writes added up",
           "[A] [S]", "the fixed sum and selection at two depths or more", "sum − select", "nats/token", _gap_grows),
-    Claim("sum_loses_early_block", "Fixed accumulation loses the early block with depth (R² of block 1's write "
-          "read from the fixed sum's last stream, shallowest − deepest depth > 0)",
+    Claim("sum_loses_early_block", "Fixed accumulation loses what block 1 added with depth (R² of block 1's write, "
+          "less what the embedding explains, read from the fixed sum's last stream, shallowest − deepest depth > 0)",
           f"{_DILUTION}: each write's share of the stream shrinks as more are added", "[A] [S]",
-          "the fixed sum's early-block probe at two depths or more", "block 1's write in the fixed sum's last stream",
-          "R²", _early_lost),
+          "the fixed sum's residual early-block probe at two depths or more",
+          "block 1's own write in the fixed sum's last stream", "R²", _probe_lost("probe_early_resid", "R²")),
+    Claim("sum_loses_prev_token", "Fixed accumulation loses the previous token with depth (accuracy of reading the "
+          "previous token's identity from the fixed sum's last stream, shallowest − deepest depth > 0)",
+          f"{_DILUTION}: what an early block wrote is a smaller share of the stream the deeper it is", "[A] [S]",
+          "the fixed sum's previous-token probe at two depths or more", "the previous token in the fixed sum's "
+          "last stream", "accuracy", _probe_lost("probe_prev", "accuracy")),
+    # The remix test: fitted on a frozen, trained sum model, depth weights can only re-read what its stream
+    # holds.  The paper's irreversible dilution predicts they recover little of what the same weights gain
+    # when trained with the body; the threshold (half) was fixed before the confirming run.
+    *(Claim(f"remix_short_of_{rule}", f"Dilution is in the stream, not its read: {label} fitted on a frozen fixed "
+            f"sum recover less than half of what they gain trained jointly (held-out loss at the deepest depth, "
+            f"{REMIX_SHARE:g} × (sum − {rule}) − (sum − remixed sum) > 0)",
+            "the dilution is irreversible: once added up, an early write cannot be read back out", "[A] [S]",
+            f"the fixed sum, {rule} and the sum remixed with {rule}'s weights at a shared depth",
+            "held-out loss below the fixed sum's", "nats/token", _remix_short(rule))
+      for rule, label in (("static", "static weights"), ("dynamic", "input-dependent weights"))),
 )
 
 SANITY_CHECKS: tuple[Claim, ...] = (
@@ -247,6 +363,13 @@ SANITY_CHECKS: tuple[Claim, ...] = (
           "the stream at initialisation carries the input embedding whole, by construction, so a probe that "
           "works reads the token above chance", "harness", "the probes at initialisation",
           "the token probe", "accuracy", _probe_reads_tokens, sanity=True),
+    # The early-block probe before the embedding's part is removed: at its ceiling (0.998–0.999, trained or
+    # not), so it checks the regression works, never the paper.
+    Claim("early_block_readable", "The early-block probe reads block 1's write whole (R² of block 1's write read "
+          "from the last stream, mean over every rule and depth, > 0)",
+          "the write is mostly a function of the current token, which every stream keeps, so a regression that "
+          "works reads it", "harness", "the early-block probe", "block 1's write", "R²", _early_readable,
+          sanity=True),
 )
 
 VERDICT_RULE = (
@@ -256,9 +379,12 @@ VERDICT_RULE = (
     f"claim is judged on at least {VERDICT_MIN_SEEDS} seeds. A claim \"Δ > 0\" is **reproduced** when Δ > 0 "
     "beyond the spread; **not reproduced** when Δ < 0 beyond the spread; **inconclusive** when Δ is within "
     f"the spread; **not judged** below {VERDICT_MIN_SEEDS} seeds; **not measured** when the runs lack a rule or "
-    "a depth it reads. *The deepest depth* and *the shallowest* are the runs' own. The **sanity check** is "
-    "judged by the same rule and shown apart: it holds by construction, so it says whether the probes can be "
-    "read, not whether the paper is right.\n\n" + RULE_AS_TEST
+    "a depth it reads. *The deepest depth* and *the shallowest* are the runs' own. \"The gap grows with depth\" "
+    "is judged only at a budget where the fixed sum's deepest model beats its shallowest (elsewhere: **not judged: "
+    "deep models not yet trained**); a probe's claim is **not measurable** where the probe reads "
+    f"≥ {PROBE_CEILING:g} already at initialisation. Runs of different budgets (training tokens per model) are "
+    "judged apart. The **sanity checks** are judged by the same rule and shown apart: they hold by construction, "
+    "so they say whether the probes can be read, not whether the paper is right.\n\n" + RULE_AS_TEST
 )
 
 # What a result sentence says after the numbers, by verdict (a sanity check: whether it holds).
@@ -291,6 +417,8 @@ class ClaimVerdict:
     def word(self) -> str:
         if not self.measured:
             return "not measured"
+        if self.verdict in SPECIAL_WORDS:
+            return SPECIAL_WORDS[self.verdict]
         if self.verdict == "not_judged":
             return not_judged(self.delta.n)
         return (SANITY_WORDS if self.claim.sanity else VERDICT_WORDS)[self.verdict]
@@ -302,6 +430,8 @@ class ClaimVerdict:
         if d.n == 0:
             return f"{what}: not measured by these runs (it needs {self.claim.needs})."
         over = f" {self.over}" if self.over else ""
+        if self.verdict in SPECIAL_WORDS:
+            return f"{what}: Δ = {d.mean:+.4f}{over} — {self.word}: {self.note}."
         if d.n < VERDICT_MIN_SEEDS:
             return f"{what}: Δ = {d.mean:+.4f}{over} — {self.word}."
         return (f"{what}: Δ = {d.mean:+.4f}{over}, std {d.std:.4f} across {d.n} seeds (threshold "
@@ -317,12 +447,19 @@ class ClaimVerdict:
         numbers = ", ".join(f"{label} {s.mean:.4f}" for label, s in self.numbers)
         spread_text = f" ± {d.std:.4f}" if d.n > 1 and math.isfinite(d.std) else ""
         seeds = f"{d.n} seed{'' if d.n == 1 else 's'}"
-        if self.verdict == "not_judged":
+        if self.verdict in SPECIAL_WORDS:
+            phrase = f"on {seeds}: {self.word}, since {self.note}"
+        elif self.verdict == "not_judged":
             phrase = f"on {seeds}, fewer than the {VERDICT_MIN_SEEDS} the rule needs: not judged"
         else:
             phrase = f"across {seeds}, " + (_SANITY_PHRASES if c.sanity else _PHRASES)[self.verdict]
         where = self.over[:1].upper() + self.over[1:]
         return f"{where}, {c.quantity}: {numbers}; Δ = {d.mean:+.4f}{spread_text} {c.unit} {phrase}."
+
+
+# Verdicts a claim gets though Δ was formed, and their words: the probe had no room at initialisation,
+# or the deep models had not trained past the shallow ones (the reason is the verdict's note).
+SPECIAL_WORDS = {"not_measurable": "not measurable", "not_trained": "not judged: deep models not yet trained"}
 
 
 def _verdict(claim: Claim, g: Grid) -> ClaimVerdict:
@@ -331,31 +468,18 @@ def _verdict(claim: Claim, g: Grid) -> ClaimVerdict:
     if d.n == 0:
         return ClaimVerdict(claim, d, "not_measured")
     numbers = tuple((label, spread(per_seed.values())) for label, per_seed in m.numbers)
-    return ClaimVerdict(claim, d, judge(d), m.over, numbers, _ceiling_note(claim, numbers))
+    if m.unmeasurable:
+        return ClaimVerdict(claim, d, "not_measurable", m.over, numbers, m.unmeasurable)
+    if m.untrained:
+        return ClaimVerdict(claim, d, "not_trained", m.over, numbers, m.untrained)
+    return ClaimVerdict(claim, d, judge(d), m.over, numbers)
 
 
-# Above this R² a probe of block 1's write is at its ceiling: a Δ between depths is then a sliver of
-# what the stream holds, whatever the rule makes of it (measured: 0.998–0.999 at the quick budget).
-R2_CEILING = 0.99
-
-
-def _ceiling_note(claim: Claim, numbers: tuple[tuple[str, Spread], ...]) -> str:
-    """The early-block claim's caveat where its trained R² are all near 1 (the probe cannot show much
-    dilution of a write the stream still holds whole)."""
-    if claim.key != "sum_loses_early_block":
-        return ""
-    trained = [s.mean for label, s in numbers if "initialisation" not in label and math.isfinite(s.mean)]
-    if not trained or min(trained) < R2_CEILING:
-        return ""
-    return (f"Block 1's write is read from the fixed sum's last stream at R² ≥ {min(trained):.4f} at both depths: "
-            "the probe is near its ceiling, so the early-block Δ is a sliver of what the stream holds, whatever "
-            "its verdict; at this scale the later blocks' writes are small beside block 1's.")
-
-
-def claim_verdicts(rows) -> list[ClaimVerdict]:
-    """Each of CLAIMS, then each of SANITY_CHECKS, judged by the shared rule from ``depth_results`` rows
-    (dicts, or a DataFrame) or their :class:`Grid`."""
-    g = _as_grid(rows)
+def claim_verdicts(rows, remix=()) -> list[ClaimVerdict]:
+    """Each of CLAIMS, then each of SANITY_CHECKS, judged by the shared rule from the ``depth_results`` rows
+    (dicts, or a DataFrame) and ``depth_remix`` rows of one budget, or their :class:`Grid`; rows of several
+    budgets are refused (judge each of :func:`by_budget` apart)."""
+    g = _as_grid(rows, remix)
     return [_verdict(c, g) for c in (*CLAIMS, *SANITY_CHECKS)]
 
 
@@ -431,5 +555,6 @@ def depth_statement(rows) -> str:
                         f"{change} nats/token from {blocks(lo)} to {blocks(hi)}, within the seeds' spread ({seeds})",
         "not_judged": f"the gap changes by {change} nats/token from {blocks(lo)} to {blocks(hi)}, on {seeds}: "
                       f"{not_judged(d.n)}, the rule needs {VERDICT_MIN_SEEDS}",
+        "not_trained": f"whether fixed accumulation loses more with depth is not judged here: {growth.note}",
     }[growth.verdict]
     return f"{said}: {verdict}."

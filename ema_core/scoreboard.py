@@ -142,7 +142,10 @@ def depth_scores(verdicts: Iterable[depth_findings.ClaimVerdict]) -> list[Score]
     for v in verdicts:
         c, d = v.claim, v.delta
         measured = _pm(d, 4, c.unit) + (f" {v.over}" if v.over and d.n else "")
-        out.append(Score("depth", c.key, plain(c.what), c.paper, measured, d, _outcome(v.verdict, d.n), v.word,
+        # Not judged for want of trained deep models counts as not judged; a probe with no room, as
+        # nothing measured.  Either way the reason is the note.
+        outcome = "not_judged" if v.verdict == "not_trained" else _outcome(v.verdict, d.n)
+        out.append(Score("depth", c.key, plain(c.what), c.paper, measured, d, outcome, v.word,
                          v.sentence, note=v.note, sanity=c.sanity))
     return out
 

@@ -17,8 +17,8 @@ from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, registe
 def depth_results(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
     """Every cell: run_id, seed (the cell's: a run holds several), run_seed (the run's, its first), rule,
     depth (blocks), d, params, lr, tokens, train_loss, val_loss (nats/token), val_bpb (bits/byte),
-    probe_token (accuracy), probe_token_chance, probe_early (R²), probe_token_init, probe_early_init (the
-    probes at initialisation), seconds.
+    probe_token (accuracy), probe_token_chance, probe_early (R²), probe_early_resid (R²), probe_prev
+    (accuracy), probe_prev_chance, each probe at initialisation (``*_init``), mix_entropy, seconds.
 
     Rules in the paper's predicted order, worst first (a rule of no RULES after them, by name), then by
     depth, seed and run.
@@ -26,7 +26,8 @@ def depth_results(run_ids: RunIds = None, *, home: Path | None = None) -> pd.Dat
     return query_frame(
         f"""SELECT t.run_id, t.seed, r.seed AS run_seed, t.rule, t.depth, t.d, t.params, t.lr, t.tokens,
                    t.train_loss, t.val_loss, t.val_bpb, t.probe_token, t.probe_token_chance, t.probe_early,
-                   t.probe_token_init, t.probe_early_init, t.seconds
+                   t.probe_token_init, t.probe_early_init, t.probe_early_resid, t.probe_early_resid_init,
+                   t.probe_prev, t.probe_prev_init, t.probe_prev_chance, t.mix_entropy, t.seconds
             FROM depth_results t JOIN runs r USING (run_id)
             WHERE {RUN_FILTER.format(col='t.run_id')}
             ORDER BY list_position($rules::VARCHAR[], t.rule) NULLS LAST, t.rule, t.depth, t.seed, t.run_id""",
@@ -50,6 +51,34 @@ def depth_weights(run_ids: RunIds = None, *, home: Path | None = None) -> pd.Dat
     )
 
 
+def depth_weight_steps(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """The weights of :func:`depth_weights` at every evaluation of training (``step``, 0 the
+    initialisation), for every rule but ``sum``: run_id, seed, rule, depth, step, layer, source, weight."""
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, t.rule, t.depth, t.step, t.layer, t.source, t.weight
+            FROM depth_weight_steps t
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($rules::VARCHAR[], t.rule) NULLS LAST, t.rule, t.depth, t.seed, t.run_id,
+                     t.step, t.layer, t.source""",
+        {"ids": id_list(run_ids), "rules": list(RULES)}, home,
+    )
+
+
+def depth_remix(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+    """The remix test: per (depth, seed) and fitted rule, the frozen sum model's held-out loss
+    (``base_loss``) and the remixed one's (``val_loss``): run_id, seed, rule, depth, steps, lr, val_loss,
+    base_loss, with tokens (the sum model's, per model: the run's budget)."""
+    return query_frame(
+        f"""SELECT t.run_id, t.seed, t.rule, t.depth, t.steps, t.lr, t.val_loss, t.base_loss, s.tokens
+            FROM depth_remix t
+            LEFT JOIN depth_results s ON s.run_id = t.run_id AND s.rule = 'sum' AND s.depth = t.depth
+                                      AND s.seed = t.seed
+            WHERE {RUN_FILTER.format(col='t.run_id')}
+            ORDER BY list_position($rules::VARCHAR[], t.rule) NULLS LAST, t.rule, t.depth, t.seed, t.run_id""",
+        {"ids": id_list(run_ids), "rules": list(RULES)}, home,
+    )
+
+
 def run_figures(rows: pd.DataFrame) -> list:
     """The figures of one run's exported ``depth_results`` rows (the Export page offers them as SVG/PNG)."""
     from ema_core.figures.depth import run_figures as draw  # altair: only when a figure is drawn
@@ -69,10 +98,20 @@ def weights_figures(rows: pd.DataFrame) -> list:
 register_run_table("depth_results", RunTable(
     depth_results, ("rule", "depth", "d", "params", "tokens"),
     ("val_loss", "val_bpb", "train_loss", "probe_token", "probe_token_chance", "probe_early", "probe_token_init",
-     "probe_early_init", "lr", "seconds"), seeds_in_rows=True, ordered=True))
+     "probe_early_init", "probe_early_resid", "probe_early_resid_init", "probe_prev", "probe_prev_init",
+     "probe_prev_chance", "mix_entropy", "lr", "seconds"), seeds_in_rows=True, ordered=True))
 register_run_table("depth_weights", RunTable(
     depth_weights, ("rule", "depth", "layer", "source"), ("weight",), seeds_in_rows=True, ordered=True))
+register_run_table("depth_weight_steps", RunTable(
+    depth_weight_steps, ("rule", "depth", "step", "layer", "source"), ("weight",), seeds_in_rows=True, ordered=True))
+register_run_table("depth_remix", RunTable(
+    depth_remix, ("rule", "depth", "steps", "tokens"), ("val_loss", "base_loss", "lr"), seeds_in_rows=True,
+    ordered=True))
 export.register_table("depth_results", "held-out loss, bits per byte and the two probes (trained and at "
                                        "initialisation) of every residual rule at every depth", figures=run_figures)
 export.register_table("depth_weights", "the weight each block's stream gives every earlier output, per rule "
                                        "and depth", figures=weights_figures)
+export.register_table("depth_weight_steps", "the mixing weights at every evaluation of training, per rule, depth, "
+                                            "layer and source")
+export.register_table("depth_remix", "the remix test: a trained fixed-sum model frozen, only depth weights fitted "
+                                     "on it; its held-out loss before and after")

@@ -229,8 +229,44 @@ M007_BOUNDARY_REDUNDANCY = Migration(7, "m007_boundary_redundancy", (
     "ALTER TABLE boundary_accuracy ADD COLUMN redundancy DOUBLE",
 ))
 
+# The depth study's controls: the probes with room to move (block 1's write less what the embedding
+# explains, the previous token's identity), each also at initialisation; how spread the mixing weights
+# are (0 to 1); the weights at every evaluation; and the remix test (a trained sum model frozen, only
+# depth weights fitted on it: its held-out loss before, ``base_loss``, and after, ``val_loss``).  Null in
+# rows of runs stored before them.
+M008_DEPTH_CONTROLS = Migration(8, "m008_depth_controls", (
+    "ALTER TABLE depth_results ADD COLUMN probe_early_resid DOUBLE",
+    "ALTER TABLE depth_results ADD COLUMN probe_early_resid_init DOUBLE",
+    "ALTER TABLE depth_results ADD COLUMN probe_prev DOUBLE",
+    "ALTER TABLE depth_results ADD COLUMN probe_prev_init DOUBLE",
+    "ALTER TABLE depth_results ADD COLUMN probe_prev_chance DOUBLE",
+    "ALTER TABLE depth_results ADD COLUMN mix_entropy DOUBLE",
+    """CREATE TABLE depth_weight_steps (
+        run_id VARCHAR NOT NULL,
+        rule   VARCHAR NOT NULL,
+        depth  INTEGER NOT NULL,
+        seed   BIGINT NOT NULL,
+        step   BIGINT NOT NULL,
+        layer  INTEGER NOT NULL,
+        source INTEGER NOT NULL,
+        weight DOUBLE,
+        PRIMARY KEY (run_id, rule, depth, seed, step, layer, source)
+    )""",
+    """CREATE TABLE depth_remix (
+        run_id    VARCHAR NOT NULL,
+        rule      VARCHAR NOT NULL,
+        depth     INTEGER NOT NULL,
+        seed      BIGINT NOT NULL,
+        steps     BIGINT,
+        lr        DOUBLE,
+        val_loss  DOUBLE,
+        base_loss DOUBLE,
+        PRIMARY KEY (run_id, rule, depth, seed)
+    )""",
+))
+
 MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES,
-                                     M005_RUN_NOTES, M006_DEPTH, M007_BOUNDARY_REDUNDANCY)
+                                     M005_RUN_NOTES, M006_DEPTH, M007_BOUNDARY_REDUNDANCY, M008_DEPTH_CONTROLS)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
@@ -271,7 +307,16 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                       Column("val_loss", float, False), Column("val_bpb", float, False),
                       Column("probe_token", float, False), Column("probe_token_chance", float, False),
                       Column("probe_early", float, False), Column("probe_token_init", float, False),
-                      Column("probe_early_init", float, False), Column("seconds", float, False)),
+                      Column("probe_early_init", float, False), Column("seconds", float, False),
+                      Column("probe_early_resid", float, False), Column("probe_early_resid_init", float, False),
+                      Column("probe_prev", float, False), Column("probe_prev_init", float, False),
+                      Column("probe_prev_chance", float, False), Column("mix_entropy", float, False)),
     "depth_weights": (Column("rule", str, True), Column("depth", int, True), Column("seed", int, True),
                       Column("layer", int, True), Column("source", int, True), Column("weight", float, False)),
+    "depth_weight_steps": (Column("rule", str, True), Column("depth", int, True), Column("seed", int, True),
+                           Column("step", int, True), Column("layer", int, True), Column("source", int, True),
+                           Column("weight", float, False)),
+    "depth_remix": (Column("rule", str, True), Column("depth", int, True), Column("seed", int, True),
+                    Column("steps", int, False), Column("lr", float, False), Column("val_loss", float, False),
+                    Column("base_loss", float, False)),
 }

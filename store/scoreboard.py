@@ -22,7 +22,7 @@ from ema_core.scoreboard import STUDIES, Score, boundary_scores, content_scores,
 from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from store.boundary import boundary_accuracy, boundary_recall_state
 from store.content import lm_final_losses, lm_runs, lm_token_class_pairs
-from store.depth import depth_results
+from store.depth import depth_remix, depth_results
 from store.queries import config_id, config_without_seed, list_runs
 from store.structure import probe_accuracy, structure_headlines
 
@@ -120,7 +120,8 @@ def _depth(home: Path | None) -> Judged:
     groups = _groups_of_row_seeds(kind, runs, configs, rows)
     best = _best_group(groups)
     ids = groups[best]["runs"]
-    verdicts = depth_findings.claim_verdicts(rows[rows["run_id"].isin(ids)])
+    # One config is one budget: its rows and remix rows are judged together.
+    verdicts = depth_findings.claim_verdicts(rows[rows["run_id"].isin(ids)], depth_remix(list(ids), home=home))
     return Judged("depth", tuple(ids), tuple(sorted(groups[best]["seeds"])), best,
                   (config_without_seed(configs[ids[0]]),), _span(configs[ids[0]]), depth_scores(verdicts))
 

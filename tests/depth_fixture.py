@@ -18,9 +18,10 @@ from store import ingest
 
 KIND = "depth"
 SEEDS = 3  # seeds per run: the fewest the rule judges a claim on, so one run is judged
-# Every rule at 1 and 2 blocks, each trained for a few steps: seconds a cell.
+# Every rule at 1 and 2 blocks, each trained for a few steps: seconds a cell (at one rate: auto's table
+# holds the quick budget's depths only).
 TINY = {"depths": "1,2", "data.vocab_size": 257, "model.d_model": 32, "model.n_heads": 2, "model.d_ff": 128,
-        "train.seq_len": 16, "train.batch": 2, "train.steps": 6, "train.warmup": 1, "train.eval_every": 3,
+        "train.seq_len": 16, "train.batch": 2, "train.lr": 3e-3, "train.steps": 6, "train.warmup": 1, "train.eval_every": 3,
         "train.eval_tokens": 64, "train.final_eval_tokens": 256, "probe.windows": 6, "probe.classes": 8,
         "seeds": SEEDS}
 

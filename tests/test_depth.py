@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from ema_core.depth import RULES
-from ema_core.depth.probes import frequent_tokens, ridge_r2, split_windows, token_probe
-from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthConfig, DepthLM, depth_weights, params, reference_mix,
-                                     reference_streams)
+from ema_core.depth import rates as rate_tables
+from ema_core.depth.probes import frequent_tokens, probe_all, residualise, ridge_r2, split_windows, token_probe
+from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthConfig, DepthLM, depth_weights, mix_entropy, params,
+                                     reference_mix, reference_streams)
 from ema_core.experiments import REGISTRY, NullReporter, build_config
+from ema_core.experiments.depth import lm_streams, model_config, remix
 from ema_core.mixers.causality import check_causal
 from depth_fixture import SEEDS, TINY, tiny_run
 
@@ -182,6 +184,43 @@ def test_bad_settings_are_refused_by_name():
 
 # -- probes ---------------------------------------------------------------------------------------------
 
+def test_residualise_removes_exactly_what_a_linear_map_of_the_source_explains():
+    rng = np.random.default_rng(0)
+    x0 = rng.normal(size=(12, 20, 6))
+    own = rng.normal(size=(12, 20, 3))
+    target = x0 @ rng.normal(size=(6, 3)) + 2.0 + own
+    left = residualise(target, x0)
+    np.testing.assert_allclose(residualise(x0 @ rng.normal(size=(6, 3)) - 1.0, x0), 0, atol=1e-9)
+    # what x_0 cannot explain survives: the residual is still read where the stream holds it
+    assert ridge_r2(np.concatenate([x0, own], -1), left) > 0.99 and ridge_r2(x0, left) < 0.1
+
+
+def test_probe_prev_reads_the_previous_token_only_where_the_stream_holds_it():
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(0, 10, size=(12, 30))
+    codes = rng.normal(size=(10, 16))
+    frequent = frequent_tokens(tokens.ravel(), 5)
+    prev = np.concatenate([np.zeros((12, 1), dtype=int), tokens[:, :-1]], 1)
+    x0 = codes[tokens]
+    holds = probe_all(np.concatenate([codes[tokens], codes[prev]], -1), x0[..., :4], x0, tokens, frequent)
+    blind = probe_all(codes[tokens], x0[..., :4], x0, tokens, frequent)
+    assert holds["probe_prev"] == 1.0 and blind["probe_prev"] < 0.5
+    assert 0 < blind["probe_prev_chance"] < 0.5
+
+
+def test_mix_entropy_is_zero_on_one_output_one_when_even_and_none_for_sum():
+    for rule in ("static", "dynamic"):  # both start with all weight on the block's own output
+        assert mix_entropy(DepthLM(small(rule), seed=0), torch.zeros(1, 4, dtype=torch.long)) == pytest.approx(0.0)
+    assert mix_entropy(DepthLM(small("sum"), seed=0), torch.zeros(1, 4, dtype=torch.long)) is None
+    even = DepthLM(small("static", layers=3), seed=0)
+    with torch.no_grad():
+        for a in even.mix.alpha:
+            a.fill_(-0.5)  # signed: magnitudes are read
+    assert mix_entropy(even, torch.zeros(1, 4, dtype=torch.long)) == pytest.approx(1.0)
+    sel = mix_entropy(DepthLM(small("select", layers=3), seed=0), torch.zeros(1, 4, dtype=torch.long))
+    assert 0 < sel < 1  # 0.9 on its own output, the rest spread
+
+
 
 def test_split_windows_is_three_disjoint_contiguous_parts():
     a, b, c = split_windows(10)
@@ -230,7 +269,10 @@ def test_the_run_reports_every_cell_and_the_map_the_cli_promises(tiny_result):
     assert all({"val_loss", "probe_token", "probe_early"} <= set(v) for by in m.values() for v in by.values())
     for r in rows:
         assert math.isfinite(r["val_loss"]) and 0 <= r["probe_token"] <= 1 and r["probe_early"] <= 1
-        assert r["lr"] == cfg.lr(r["rule"])
+        assert r["lr"] == cfg.lr(r["rule"], r["depth"])
+        for k in ("probe_early_resid", "probe_prev", "probe_early_resid_init", "probe_prev_init"):
+            assert r[k] <= 1 and math.isfinite(r[k]), k
+        assert ("mix_entropy" in r) == (r["rule"] != "sum")
     assert result["summary"]["param_gap"] < 0.01
     # At one (depth, seed) the rules start from the same body and the same batches: sum and static
     # are the same function at step 0, so their probes at initialisation agree exactly.
@@ -259,6 +301,79 @@ def test_a_cancelled_run_resumes_cell_by_cell_to_the_same_rows(tiny_result):
     first = [r for r in result["tables"]["depth_results"] if r["seed"] == cfg.seed]
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(again) == strip(first)
+
+
+def test_a_frozen_sum_model_is_remixed_at_every_depth_and_seed(tiny_result):
+    cfg, result = tiny_result
+    remix = result["tables"]["depth_remix"]
+    assert {(m["rule"], m["depth"], m["seed"]) for m in remix} == {
+        (r, L, cfg.seed + s) for r in ("static", "dynamic") for L in (1, 2) for s in range(SEEDS)}
+    sums = {(r["depth"], r["seed"]): r["val_loss"] for r in result["tables"]["depth_results"] if r["rule"] == "sum"}
+    for m in remix:
+        assert m["base_loss"] == sums[m["depth"], m["seed"]] and m["steps"] == cfg.train.steps
+        assert math.isfinite(m["val_loss"])
+    by = result["summary"]["remix"]["static"]["2"]
+    assert by["recovered"] == pytest.approx(by["base_loss"] - by["val_loss"])
+
+
+def test_the_remix_starts_as_the_sum_model_and_moves_only_its_mixing_weights():
+    cfg = build_config("depth", overrides={**TINY, "seeds": 1, "depths": "2"}, seed=0)
+    trained = DepthLM(ModelCfg(cfg, "sum", 2), seed=0)
+    streams = lm_streams(cfg)
+    body = {k: v.clone() for k, v in trained.state_dict().items()}
+    idx = torch.randint(0, 200, (2, 16), generator=torch.Generator().manual_seed(0))
+    for rule in ("static", "dynamic"):
+        fitted = DepthLM(ModelCfg(cfg, rule, 2), seed=0)
+        fitted.load_state_dict(trained.state_dict(), strict=False)
+        torch.testing.assert_close(fitted(idx), trained(idx), rtol=0, atol=0)  # the same function at step 0
+        out = remix(cfg, trained, rule, 2, 0, streams, torch.device("cpu"))
+        assert out["rule"] == rule and out["steps"] == cfg.train.steps and math.isfinite(out["val_loss"])
+    assert all(torch.equal(v, trained.state_dict()[k]) for k, v in body.items())  # the trained model untouched
+
+
+def ModelCfg(cfg, rule: str, depth: int):
+    return model_config(cfg, rule, depth, 257)
+
+
+def test_the_weights_are_kept_at_every_evaluation_for_every_rule_but_sum(tiny_result):
+    cfg, result = tiny_result
+    steps = result["tables"]["depth_weight_steps"]
+    assert {r["rule"] for r in steps} == set(RULES) - {"sum"}
+    # evaluations at 3 and 6 (eval_every 3 of 6 steps), and the initialisation at 0
+    assert {r["step"] for r in steps} == {0, 3, 6}
+    first = [r for r in steps if (r["rule"], r["depth"], r["seed"], r["step"]) == ("static", 2, 0, 0)]
+    assert {(r["layer"], r["source"]): r["weight"] for r in first} == {
+        (1, 0): 0.0, (1, 1): 1.0, (2, 0): 0.0, (2, 1): 0.0, (2, 2): 1.0}  # DenseFormer's start: the sum
+
+
+def test_auto_reads_a_rate_per_rule_and_depth_and_refuses_what_was_not_chosen():
+    quick = build_config("depth", preset="quick")
+    assert quick.rate_table() == "quick"
+    for rule in RULES:
+        for L in quick.depths:
+            assert quick.lr(rule, L) == rate_tables.TABLES["quick"]["rates"][f"{rule}|{L}"]
+    with pytest.raises(ValueError, match=r"no rates were chosen at this budget.*train.steps 300 there, 200 here"):
+        build_config("depth", preset="quick", overrides={"train.steps": 200})
+    with pytest.raises(ValueError, match=r"no rate for sum at 2 blocks"):
+        build_config("depth", preset="quick", overrides={"depths": "2,4"})
+    with pytest.raises(ValueError, match=r"rates_from: no rate table named 'nope'"):
+        build_config("depth", preset="quick", overrides={"rates_from": "nope"})
+    # Read at another budget only on purpose, and said so: the long preset reads the quick table.
+    long = build_config("depth", preset="long")
+    assert long.rate_table() == "quick" and rate_tables.differences("quick", long.model_dump(mode="json"))
+    assert long.lr("dynamic", 16) == quick.lr("dynamic", 16)
+
+
+def test_the_long_preset_is_eight_times_the_quick_tokens_with_warm_up_plateau_and_cool_down():
+    quick, long = (build_config("depth", preset=p).train for p in ("quick", "long"))
+    tokens = lambda t: t.steps * t.batch * t.seq_len  # noqa: E731
+    assert tokens(long) >= 8 * tokens(quick)
+    assert long.schedule == "wsd" and long.warmup > 0 and 0 < long.decay_frac < 1
+
+
+def test_the_remix_refuses_sum():
+    with pytest.raises(ValueError, match="sum has no mixing weights"):
+        build_config("depth", overrides={**TINY, "remix.rules": "sum"})
 
 
 def test_headline_names_the_deepest_depth(tiny_result):

@@ -15,15 +15,18 @@ from ema_core.depth import RULES
 from ema_core.rundir import RunDir, run_id_for
 from store import schema
 from store.db import check, open_store, store_path
-from store.depth import depth_results, depth_weights
+from store.depth import depth_remix, depth_results, depth_weight_steps, depth_weights
 from store.export import EXPORT_TABLES, render_table
 from store.ingest import forget_seen, ingest
 from store.queries import GROUPABLE, grouped, list_runs
 
 COLUMNS = ["run_id", "seed", "run_seed", "rule", "depth", "d", "params", "lr", "tokens", "train_loss", "val_loss",
            "val_bpb", "probe_token", "probe_token_chance", "probe_early", "probe_token_init", "probe_early_init",
-           "seconds"]
+           "probe_early_resid", "probe_early_resid_init", "probe_prev", "probe_prev_init", "probe_prev_chance",
+           "mix_entropy", "seconds"]
 WEIGHT_COLUMNS = ["run_id", "seed", "rule", "depth", "layer", "source", "weight"]
+STEP_COLUMNS = ["run_id", "seed", "rule", "depth", "step", "layer", "source", "weight"]
+REMIX_COLUMNS = ["run_id", "seed", "rule", "depth", "steps", "lr", "val_loss", "base_loss", "tokens"]
 
 
 @pytest.fixture
@@ -94,6 +97,22 @@ def test_a_real_run_goes_in_and_comes_back(home, tiny):
     first = weights[(weights["rule"] == RULES[0]) & (weights["depth"] == depths[-1]) & (weights["seed"] == 0)]
     assert first[["layer", "source"]].values.tolist() == [
         [layer, source] for layer in range(1, depths[-1] + 1) for source in range(layer + 1)]
+
+    steps = depth_weight_steps()
+    assert list(steps.columns) == STEP_COLUMNS and len(steps) == len(result["tables"]["depth_weight_steps"])
+    back = keyed(steps, "depth_weight_steps")
+    for r in result["tables"]["depth_weight_steps"]:
+        got = back[tuple(r[k] for k in ("rule", "depth", "seed", "step", "layer", "source"))]
+        assert {c: got[c] for c in r} == r
+
+    remix = depth_remix()
+    assert list(remix.columns) == REMIX_COLUMNS and len(remix) == len(result["tables"]["depth_remix"])
+    back = keyed(remix, "depth_remix")
+    sums = {(r["depth"], r["seed"]): r["tokens"] for r in rows if r["rule"] == "sum"}
+    for r in result["tables"]["depth_remix"]:
+        got = back[(r["rule"], r["depth"], r["seed"])]
+        assert {c: got[c] for c in r} == r
+        assert got["tokens"] == sums[r["depth"], r["seed"]]  # the budget, from the sum model it was fitted on
 
 
 def test_rows_sort_by_the_predicted_order_not_the_alphabet(home):

@@ -709,35 +709,44 @@ def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(ap
     from ema_core.depth_findings import claim_verdicts
     from ema_core.figures.depth import DEPTH_METRICS
     from ema_core.scoreboard import depth_scores
-    from store.depth import depth_results
+    from store.depth import depth_remix, depth_results
 
     # One run of the experiment itself at tiny sizes (every rule at 1 and 2 blocks), with three seeds
-    # inside it: what a real run writes, and judged.
+    # inside it: what a real run writes (its weights as they train and its remix too), and judged.
     run_ids = make_depth_runs(emalab_home, (0,))
-    verdicts = claim_verdicts(depth_results(run_ids, home=emalab_home))
+    verdicts = claim_verdicts(depth_results(run_ids, home=emalab_home), depth_remix(run_ids, home=emalab_home))
+    # The charts in the page's order: the loss, the probes, the weights map, the weights as they train,
+    # their spread, the budget axis.
+    metrics = {0: "val_loss", 1: "val_bpb", 2: "probe_early_resid", 3: "probe_prev", 4: "probe_token",
+               5: "probe_early", 8: "mix_entropy"}
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page = chromium_browser.new_page(viewport={"width": 1400, "height": 5200}, accept_downloads=True)
+    page = chromium_browser.new_page(viewport={"width": 1400, "height": 9000}, accept_downloads=True)
     try:
         goto(page, app_url + "/depth")
         page.get_by_role("heading", name="Depth dilution", exact=True).wait_for()
-        assert page.locator(CHARTS).count() >= 5  # four metrics against depth, the weights map
         charts = page.locator(CHARTS)
-        expect(charts).to_have_count(5)
-        for i, (axis, _) in enumerate(DEPTH_METRICS.values()):
+        expect(charts).to_have_count(10)
+        for i, metric in metrics.items():
             # The y axis's title: one text (the chart's title is wrapped into lines, drawn apart).
-            expect(charts.nth(i)).to_contain_text(axis)
+            expect(charts.nth(i)).to_contain_text(DEPTH_METRICS[metric][0])
             expect(charts.nth(i)).to_contain_text("input-dependent selection")  # a legend entry per rule
-        expect(charts.nth(4)).to_contain_text("Depth weights at 2 blocks")
+        expect(charts.nth(6)).to_contain_text("Depth weights at 2 blocks")
+        expect(charts.nth(7)).to_contain_text("stream after block 2")  # a panel per block's stream
+        expect(charts.nth(7)).to_contain_text("0: the embedding")
+        expect(charts.nth(9)).to_contain_text("192 tokens per model")  # a panel per budget
         # Every chart drawn (an svg or a canvas of its own), each with its SVG and PNG downloads.
-        for i in range(5):
+        for i in range(10):
             assert charts.nth(i).locator("svg.marks, canvas").count() >= 1, i
         # The page's own download buttons (a chart's toolbar has a "Download as PNG" of its own).
         offered = page.get_by_test_id("stDownloadButton")
-        for label, n in (("SVG", 5), ("PNG", 5), ("CSV", 1), ("Markdown", 1), ("LaTeX", 1)):
+        for label, n in (("SVG", 10), ("PNG", 10), ("CSV", 2), ("Markdown", 2), ("LaTeX", 2)):
             expect(offered.filter(has_text=label)).to_have_count(n)
+        page.get_by_role("heading", name="The remix test").wait_for()
+        page.get_by_role("heading", name="The budget axis").wait_for()
+        page.get_by_text("deep models not yet trained.", exact=False).first.wait_for()
         page.get_by_role("heading", name="The paper's order and the measured one").wait_for()
         page.get_by_text("Where the two axes meet.", exact=False).wait_for()
-        for sc in depth_scores(verdicts):  # each claim and the check in one line, its full sentence on demand
+        for sc in depth_scores(verdicts):  # each claim and check in one line, its full sentence on demand
             expect(_verdict_line(page, sc.claim, sc.word)).to_be_visible()
         _open_verdicts(page)
         for sc in depth_scores(verdicts):
@@ -753,12 +762,21 @@ def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(ap
         download = _download(page, "depth_weights_chart_svg")
         assert download.suggested_filename == "depth_weights.svg"
         assert Path(download.path()).read_text().lstrip().startswith("<svg")
+        download = _download(page, "depth_remix_dl_csv")
+        assert download.suggested_filename == "depth_remix.csv"
+        assert Path(download.path()).read_text().splitlines()[0] == "depth,rule,seeds,joint_gain,remix_gain,share"
 
-        # The weights of the other depth: the map follows, and the URL says so.
+        # The weights of the other depth: the map and the weights as they train follow, and the URL says so.
         with rerun(page):
             page.locator(".st-key-depth_map_depth").get_by_text("1", exact=True).click()
-        expect(charts.nth(4)).to_contain_text("Depth weights at 1 block,")
+        expect(charts.nth(6)).to_contain_text("Depth weights at 1 block,")
+        expect(charts.nth(7)).not_to_contain_text("stream after block 2")
         page.wait_for_url(re.compile(r"depth_map_depth=1"))
+        # Another rule's weights as they train.
+        with rerun(page):
+            page.locator(".st-key-depth_traj_rule").get_by_text("static learned weights (DenseFormer)",
+                                                                 exact=True).click()
+        page.wait_for_url(re.compile(r"depth_traj_rule=static"))
         no_exception(page)
     finally:
         page.close()

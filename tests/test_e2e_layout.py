@@ -23,7 +23,7 @@ PAGES = {
     "structure": ("structure", "Structure", 2, 3400),
     "content": ("content", "Content", 4, 6400),
     "boundary": ("boundary", "Boundary map", 5, 5200),  # the dial's, and the dev curve's once its expander is open
-    "depth": ("depth", "Depth dilution", 5, 4400),  # four metrics against depth, the weights map
+    "depth": ("depth", "Depth dilution", 10, 10000),  # loss, bpb, four probes, the weights map and trajectory, entropy, the budget axis
     "export": ("export", "Export", 3, 2600),  # the boundary run's map, crossing and MQAR figures
 }
 # Each chart's drawing against its column and the window, and every text of it (titles, axes, legends).

@@ -67,7 +67,7 @@ def test_quick_reproduction_launches_every_kind_and_both_language_models(home, r
     for kind, cfg, _ in registered:
         if kind != "lm":
             assert cfg == build_config(kind, preset="quick").model_dump()
-    # The boundary map (about 27 minutes on 2 cores) and the depth comparison (about 15) are launched from
+    # The boundary map (about 27 minutes on 2 cores) and the depth comparison (about 10) are launched from
     # their own pages, not from this click, and lm_eval evaluates a finished run again.
     assert set(REGISTRY) == {"dilution", "structure", "lm", "boundary", "depth", "lm_eval"}
     assert not any(REGISTRY[k].one_click for k in ("boundary", "depth", "lm_eval"))

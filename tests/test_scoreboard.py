@@ -23,7 +23,7 @@ from depth_fixture import make_depth_runs
 from finished_run import write_finished_run
 from lm_fixture import make_lm_runs
 from store import ingest
-from store.depth import depth_results
+from store.depth import depth_remix, depth_results
 from store.scoreboard import scoreboard
 from store.structure import probe_accuracy, structure_headlines
 from structure_fixture import make_structure_runs
@@ -102,7 +102,8 @@ def test_depth_scores_carry_each_verdict_in_the_boards_shape():
             for s in (0, 1, 2) for L in (4, 16) for rule in ("sum", "static")]
     scores = {s.key: s for s in depth_scores(depth_verdicts(rows))}
     assert list(scores) == ["static_beats_sum", "dynamic_beats_static", "select_beats_static", "gap_grows_with_depth",
-                            "sum_loses_early_block", "probe_reads_tokens"]
+                            "sum_loses_early_block", "sum_loses_prev_token", "remix_short_of_static",
+                            "remix_short_of_dynamic", "probe_reads_tokens", "early_block_readable"]
     beats = scores["static_beats_sum"]
     assert beats.study == "depth" and beats.verdict == "reproduced" and beats.seeds == 3 and not beats.sanity
     assert beats.claim == "Static learned weights beat the fixed sum"  # the formula stays in the detail
@@ -118,6 +119,12 @@ def test_depth_scores_carry_each_verdict_in_the_boards_shape():
     # Two seeds: each claim says so, as the other studies word it.
     two = depth_scores(depth_verdicts([r for r in rows if r["seed"] < 2]))
     assert two[0].verdict == "not_judged" and two[0].word == "not judged: 2 seeds"
+    # The gap's growth where the deep models have not trained past the shallow ones: not judged, said why.
+    harder = [{**r, "val_loss": r["val_loss"] + (0.2 if r["depth"] == 16 else 0.0)} for r in rows]
+    harder += [{**r, "rule": "select"} for r in harder if r["rule"] == "static"]
+    gap = {s.key: s for s in depth_scores(depth_verdicts(harder))}["gap_grows_with_depth"]
+    assert (gap.verdict, gap.word) == ("not_judged", "not judged: deep models not yet trained")
+    assert "deep models not yet trained" in gap.note
 
 
 # -- over a real store -------------------------------------------------------------------------------------
@@ -164,10 +171,11 @@ def test_the_board_judges_the_depth_group_holding_the_most_seeds_inside_its_runs
     assert d.run_ids == (real,) and d.seeds == tuple(range(DEPTH_SEEDS)) and d.span == DEPTH_SEEDS
     assert d.configs[0]["seeds"] == DEPTH_SEEDS and "seed" not in d.configs[0]
     # The same verdicts as the findings give the run's rows, as the Depth page will read them.
-    page = depth_verdicts(depth_results([real]))
-    assert [(x.key, x.verdict, x.seeds) for x in d.scores] == [(v.claim.key, v.verdict, v.delta.n) for v in page]
+    page = depth_scores(depth_verdicts(depth_results([real]), depth_remix([real])))
+    assert [(x.key, x.verdict, x.seeds) for x in d.scores] == [(v.key, v.verdict, v.seeds) for v in page]
     assert all(x.seeds == DEPTH_SEEDS for x in d.scores)
-    assert {x.verdict for x in d.scores} <= {"reproduced", "not_reproduced", "inconclusive"}
+    # Judged, or set aside with its reason (a probe with no room, deep models not trained in six steps).
+    assert all(x.verdict in {"reproduced", "not_reproduced", "inconclusive"} or x.note for x in d.scores)
     # A seed is launched where the group lacks one: none here, the run's three seeds are the rule's minimum.
     assert missing_seeds(d.seeds, d.span) == []
 

@@ -7,8 +7,15 @@ no window lends tokens to two of them):
 * ``probe_token``: the identity of the token at that position, among the ``classes`` tokens most
   frequent in training (the positions holding one of them), by the ridge classifier of
   :mod:`ema_core.probes` — how much of the embedding x_0 is still readable after L writes;
-* ``probe_early``: block 1's output x_1, by ridge regression onto all its d coordinates, as the R²
-  over them (1: read exactly; 0: no better than its mean) — how much of an early block survives.
+* ``probe_early``: block 1's write (x_1 − x_0), by ridge regression onto all its d coordinates, as the
+  R² over them (1: read exactly; 0: no better than its mean).  It sits at its ceiling (0.998–0.999 at
+  the quick budget, trained or not): the write is mostly a function of the current token, which the
+  stream keeps, so it is kept as a sanity check only;
+* ``probe_early_resid``: the same write with the part a linear map of x_0 explains removed (least
+  squares on x_0, fitted on the fit part), read the same way — what block 1 added beyond the token
+  and its position, which only the stream after it can still hold;
+* ``probe_prev``: the identity of the *previous* token, among the same frequent tokens — something the
+  stream holds only if a block wrote it there (x_0 at t knows nothing of t − 1).
 
 Both are measured on the trained model and on the same model at initialisation (``*_init``), the
 baseline that says what training changed; ``probe_token_chance`` is the share of the commonest class
@@ -86,8 +93,26 @@ def frequent_tokens(train: np.ndarray, classes: int) -> np.ndarray:
     return np.sort(order[:classes])
 
 
-def probe_all(final: np.ndarray, early: np.ndarray, tokens: np.ndarray, frequent: np.ndarray) -> dict[str, float]:
-    """Both probes of one model: ``probe_token``, ``probe_token_chance``, ``probe_early``."""
+def residualise(target: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """``target`` (windows, T, k) less its least-squares fit on ``source`` (windows, T, d) with an intercept,
+    the fit made on the probes' fit part only (so the score part never shapes what is removed)."""
+    fit, _, _ = split_windows(len(target))
+    X = source[fit].reshape(-1, source.shape[-1]).astype(np.float64)
+    Y = target[fit].reshape(-1, target.shape[-1]).astype(np.float64)
+    X1 = np.hstack([X, np.ones((len(X), 1))])
+    coef, *_ = np.linalg.lstsq(X1, Y, rcond=None)
+    flat = source.reshape(-1, source.shape[-1]).astype(np.float64)
+    fitted = flat @ coef[:-1] + coef[-1]
+    return target.astype(np.float64) - fitted.reshape(target.shape)
+
+
+def probe_all(final: np.ndarray, early: np.ndarray, x0: np.ndarray, tokens: np.ndarray,
+              frequent: np.ndarray) -> dict[str, float]:
+    """Every probe of one model's last stream ``final``: ``probe_token`` with its chance, ``probe_early``
+    (block 1's write ``early``), ``probe_early_resid`` (the write less what the embedding ``x0``
+    explains), ``probe_prev`` with its chance (the previous token's identity)."""
     tok = token_probe(final, tokens, frequent)
+    prev = token_probe(final[:, 1:], tokens[:, :-1], frequent)
     return {"probe_token": tok["accuracy"], "probe_token_chance": tok["chance"],
-            "probe_early": ridge_r2(final, early)}
+            "probe_early": ridge_r2(final, early), "probe_early_resid": ridge_r2(final, residualise(early, x0)),
+            "probe_prev": prev["accuracy"], "probe_prev_chance": prev["chance"]}

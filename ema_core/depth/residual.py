@@ -232,5 +232,28 @@ def depth_weights(model: DepthLM, idx: torch.Tensor) -> list[dict]:
     return rows
 
 
-__all__ = ["DepthConfig", "DepthLM", "DepthMix", "SELECT_INIT_SHARE", "depth_weights", "params", "reference_mix",
-           "reference_streams", "select_bias"]
+@torch.no_grad()
+def mix_entropy(model: DepthLM, idx: torch.Tensor) -> float | None:
+    """How spread each block's weights over the earlier outputs are, from 0 (all on one output) to 1 (even
+    over all): per token and block, the entropy of |w| / Σ|w| over the i + 1 outputs divided by log(i + 1),
+    averaged over ``idx``'s tokens, then over the blocks.  For ``select`` |w| is its softmax; ``dynamic``'s
+    weights are signed, so their magnitudes are read.  None for ``sum`` (it has no weights to spread)."""
+    was = model.training
+    model.eval()
+    try:
+        weights = model.streams(idx)["weights"]
+    finally:
+        model.train(was)
+    per_block = []
+    for i, w in enumerate(weights, start=1):
+        if w is None:
+            return None
+        p = w.double().abs()
+        p = p / p.sum(-1, keepdim=True).clamp_min(1e-300)
+        h = -(p * torch.log(p.clamp_min(1e-300))).sum(-1) / math.log(i + 1)
+        per_block.append(float(h.mean()))
+    return sum(per_block) / len(per_block) if per_block else None
+
+
+__all__ = ["DepthConfig", "DepthLM", "DepthMix", "SELECT_INIT_SHARE", "depth_weights", "mix_entropy", "params",
+           "reference_mix", "reference_streams", "select_bias"]

@@ -3,27 +3,33 @@
 One run is a grid of cells (rule × depth × seed, :mod:`ema_core.depth.residual`): each cell trains
 the model of its rule and depth on the lm study's corpus and tokenizer (:mod:`ema_core.lm.data`)
 with the lm study's loop (:func:`ema_core.lm.train.train_lm`), then reads its held-out loss and bits
-per byte and probes what its last block's stream still holds (:mod:`ema_core.depth.probes`: the
-input token's identity, block 1's output), on the trained model and on the same model at its
-initialisation.  At one (depth, seed) every rule starts from the same body (the same draws for
-every block) and sees the same batches: rules differ only in how the stream adds its blocks up.
-Each rule trains at its own rate, chosen on dev (:data:`AUTO_LR`).  Cells are independent and a pure
-function of (config, seed, cell): a run resumes cell by cell, and cells train in parallel over
-``workers`` processes (or a cluster's, :mod:`ema_core.experiments.cells`).
+per byte and probes what its last block's stream still holds (:mod:`ema_core.depth.probes`), on the
+trained model and on the same model at its initialisation.  At one (depth, seed) every rule starts
+from the same body (the same draws for every block) and sees the same batches: rules differ only in
+how the stream adds its blocks up.  Each (rule, depth) trains at its own rate, chosen on dev
+(:mod:`ema_core.depth.rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
+the mixing weights of ``remix.rules`` fitted on top.  Cells are independent and a pure function of
+(config, seed, cell): a run resumes cell by cell, and cells train in parallel over ``workers``
+processes (or a cluster's, :mod:`ema_core.experiments.cells`).
 
 Result tables:
 
 * ``depth_results``: one row per cell — rule, depth, seed, d, params, lr, tokens, train_loss,
-  val_loss (nats/token), val_bpb, probe_token, probe_token_chance, probe_early, probe_token_init,
-  probe_early_init, seconds;
+  val_loss (nats/token), val_bpb, the probes (probe_token with probe_token_chance, probe_early,
+  probe_early_resid, probe_prev with probe_prev_chance) and each probe at initialisation (``*_init``),
+  mix_entropy, seconds;
 * ``depth_weights``: the weight each block's stream gives each earlier output (rule, depth, seed,
-  layer 1..L, source 0..layer, weight): the learned α for ``static``, the per-token weights averaged
-  over the probe tokens for ``dynamic`` and ``select``, 1 on its own output for ``sum``.
+  layer 1..L, source 0..layer, weight) at the end: the learned α for ``static``, the per-token weights
+  averaged over the probe tokens for ``dynamic`` and ``select``, 1 on its own output for ``sum``;
+* ``depth_weight_steps``: the same at every evaluation (``step``, 0 the initialisation) for every rule
+  but ``sum``, averaged over the first ``probe.trajectory_windows`` windows;
+* ``depth_remix``: per (depth, seed) and fitted rule, the frozen sum model's held-out loss
+  (``base_loss``) and the remixed one's (``val_loss``), the steps and rate of the fit.
 
-The summary holds ``cells``, ``seconds`` and ``map`` {rule: {depth: {"val_loss", "val_bpb",
-"probe_token", "probe_early"}}} (means over seeds), ``params`` {rule: {depth: count}},
-``param_gap`` (the largest relative difference in parameters between rules at one depth), ``lr``
-{rule: rate}, ``seeds`` and ``tuned_on``.
+The summary holds ``cells``, ``seconds``, ``tokens`` (per model), ``map`` {rule: {depth: {…}}} (means
+over seeds of :data:`SUMMARY_KEYS`), ``remix`` {rule: {depth: {"val_loss", "base_loss", "recovered",
+"joint_gap"}}}, ``params``, ``param_gap``, ``lr`` {rule: {depth: rate}}, ``rate_table`` and
+``rates_matched``, ``seeds`` and ``tuned_on``.
 """
 from __future__ import annotations
 
@@ -36,9 +42,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import seed_field
 from ema_core.depth import RULES, Rule
+from ema_core.depth import rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all
 from ema_core.depth.residual import DepthConfig as ModelConfig
-from ema_core.depth.residual import DepthLM, depth_weights, params
+from ema_core.depth.residual import DepthLM, depth_weights, mix_entropy, params
 from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.gpt import NORMS
@@ -48,14 +55,17 @@ from ema_core.mixers.causality import check_causal
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 
 KIND = "depth"
-CHECKPOINT_FORMAT = 1
+# 2: a cell's outcome holds its weight trajectory and its remixes beside its row and weights.
+CHECKPOINT_FORMAT = 2
 # Parameters may differ between rules by at most this fraction at one depth (the issue's 1 %).
 PARAM_TOLERANCE = 0.01
-# Each rule's peak rate where ``train.lr`` is "auto": chosen on a dev slice of the training text (never
-# the held-out novel) by ``python -m bench.depth_lr`` at the quick budget and 8 blocks, lowest mean dev
-# loss over seeds 0 and 1, from 1e-3, 3e-3 and 1e-2: 3e-3 for every rule (1e-2 diverged on seed 1 for
-# each; dynamic's chosen the same way when it was added; docs/benchmarks.md, The depth comparison's rates).
-AUTO_LR: dict[str, float] = {"sum": 3e-3, "static": 3e-3, "dynamic": 3e-3, "select": 3e-3}
+# The quick budget, the default (the one the rate table was chosen at, so "auto" has a rate): 300 steps
+# of 8 × 128 tokens, a third of them warm-up, evaluated every 100 steps on 8,192 tokens and at the end
+# on 32,768; no checkpoint inside a cell (a cell is the unit of resume).
+QUICK_TRAIN = TrainConfig(lr=AUTO, steps=300, batch=8, seq_len=128, warmup=100, eval_every=100, eval_tokens=8192,
+                          final_eval_tokens=32_768, checkpoint_every=1_000_000)
+# The rules a frozen ``sum`` model is remixed with by default: static weights, then input-dependent ones.
+REMIX_RULES = ("static", "dynamic")
 
 
 class DepthModelConfig(BaseModel):
@@ -84,8 +94,30 @@ class DepthProbeConfig(BaseModel):
     windows: int = Field(48, ge=3, le=4096, description="held-out windows of train.seq_len tokens probed "
                                                         "(half fit the probe, a quarter choose its penalty, a "
                                                         "quarter score it)")
-    classes: int = Field(64, ge=2, le=65_536, description="the token probe reads the identity of the positions "
+    classes: int = Field(64, ge=2, le=65_536, description="the token probes read the identity of the positions "
                                                           "holding one of this many most frequent tokens")
+    trajectory_windows: int = Field(8, ge=1, le=4096, description="held-out windows the mixing weights are "
+                                                                  "averaged over at each evaluation")
+
+
+class DepthRemixConfig(BaseModel):
+    """The remix test: a trained ``sum`` model frozen, only depth weights fitted on top of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: tuple[Rule, ...] = Field(REMIX_RULES, description="the rules whose mixing weights are fitted on the "
+                                                             "frozen sum model (empty: no remix)")
+    steps: int | None = Field(None, ge=1, le=10_000_000, description="optimiser steps of the fit (none: as many "
+                                                                     "as the models trained, on the same batches)")
+
+    @field_validator("rules")
+    @classmethod
+    def _mixing(cls, v: tuple) -> tuple:
+        if "sum" in v:
+            raise ValueError("sum has no mixing weights to fit; remix with static, dynamic or select")
+        if len(set(v)) != len(v):
+            raise ValueError("a rule is given more than once")
+        return v
 
 
 class DepthConfig(BaseModel):
@@ -100,8 +132,12 @@ class DepthConfig(BaseModel):
     device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu, cuda, or auto (CUDA when present)")
     data: LMDataConfig = LMDataConfig()
     model: DepthModelConfig = DepthModelConfig()
-    train: TrainConfig = TrainConfig(lr=AUTO)
+    train: TrainConfig = QUICK_TRAIN
     probe: DepthProbeConfig = DepthProbeConfig()
+    remix: DepthRemixConfig = DepthRemixConfig()
+    rates_from: str | None = Field(None, description="train.lr auto: the rate table read (none: the one chosen at "
+                                                      "this config's budget; a name reads that table's rates here on "
+                                                      "purpose, and the run says so)")
     seed: int = seed_field("first seed of the models' initialisation and of their batches")
 
     @field_validator("rules", "depths")
@@ -138,9 +174,29 @@ class DepthConfig(BaseModel):
                              f"{PARAM_TOLERANCE:.0%}); widen the model or drop the deepest depth")
         return self
 
-    def lr(self, rule: str) -> float:
-        """The peak rate ``rule`` trains at: ``train.lr``, or for "auto" the rate chosen for it on dev."""
-        return AUTO_LR[rule] if self.train.lr == AUTO else float(self.train.lr)
+    @model_validator(mode="after")
+    def _rates(self) -> "DepthConfig":
+        # Refused here, before a run folder exists: auto names a rate per (rule, depth) or none at all.
+        if self.train.lr == AUTO:
+            rate_tables.resolve(self.model_dump(mode="json"), self._trained_rules(), self.depths, self.rates_from)
+        return self
+
+    def _trained_rules(self) -> tuple[str, ...]:
+        """Every rule a model is trained or fitted with: the grid's, and the remix's where sum is in it."""
+        return tuple(dict.fromkeys((*self.rules, *(self.remix.rules if "sum" in self.rules else ()))))
+
+    def rate_table(self) -> str | None:
+        """The table "auto" reads (None for a numeric ``train.lr``)."""
+        if self.train.lr != AUTO:
+            return None
+        return rate_tables.resolve(self.model_dump(mode="json"), (), (), self.rates_from)[0]
+
+    def lr(self, rule: str, depth: int) -> float:
+        """The peak rate ``rule`` trains at with ``depth`` blocks: ``train.lr``, or for "auto" the rate chosen
+        for that (rule, depth) on dev (:mod:`ema_core.depth.rates`)."""
+        if self.train.lr != AUTO:
+            return float(self.train.lr)
+        return rate_tables.resolve(self.model_dump(mode="json"), (rule,), (depth,), self.rates_from)[1][rule, depth]
 
 
 def model_config(cfg: DepthConfig, rule: str, depth: int, vocab: int):
@@ -163,25 +219,28 @@ def param_gap(cfg: DepthConfig, vocab: int) -> float:
     return max(gaps)
 
 
-# The presets' rules: every rule but ``dynamic``, until it has a rate per depth.  At the one rate chosen
-# for it at 8 blocks (3e-3) it trains best of the four at 4 and 8 blocks and diverges at 16 (dev seed 0:
-# 6.33 nats/token against 5.33–5.40; docs/benchmarks.md).  ``rules=…,dynamic`` runs it on request.
-PRESET_RULES = tuple(r for r in RULES if r != "dynamic")
+# A preset names every setting of its budget (a preset's dotted settings replace the defaults of the
+# whole ``train`` part, so the quick budget is spelled out, from QUICK_TRAIN).
+_QUICK = {f"train.{k}": v for k, v in QUICK_TRAIN.model_dump().items()}
 
 PRESETS: dict[str, dict] = {
-    # Three rules at 4, 8 and 16 blocks of the tiny width (d = 128), one seed, under 30 minutes on 2
-    # cores (docs/benchmarks.md): 300 steps of 8 × 128 tokens (0.3M tokens) per model, two cells at a
-    # time; each rule at its own rate (auto), the warm-up a third of the run.
-    "quick": {"rules": PRESET_RULES, "seeds": 1, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 128,
-              "train.batch": 8, "train.steps": 300, "train.warmup": 100, "train.lr": AUTO, "train.eval_every": 100,
-              "train.eval_tokens": 8192, "train.final_eval_tokens": 32_768, "train.checkpoint_every": 1_000_000,
-              "probe.windows": 48},
-    # The same grid, three seeds, eight times the tokens per model (4× the steps, 2× the context): a night on
-    # 2 cores, an hour on a GPU.
-    "full": {"rules": PRESET_RULES, "seeds": 3, "workers": 2, "data.vocab_size": 4096, "train.seq_len": 256,
-             "train.batch": 8, "train.steps": 1200, "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 200,
-             "train.eval_tokens": 16_384, "train.final_eval_tokens": 65_536, "train.checkpoint_every": 1_000_000,
-             "probe.windows": 64},
+    # Every rule at 4, 8 and 16 blocks of the tiny width (d = 128), one seed, under 10 minutes on 2 cores
+    # (docs/benchmarks.md): the default budget, 300 steps of 8 × 128 tokens (0.3M tokens) per model, two
+    # cells at a time, each (rule, depth) at its own rate (auto: the quick table); the frozen sum remixed
+    # with static and dynamic weights for as many steps.
+    "quick": {"rules": RULES, "seeds": 1, "workers": 2, **_QUICK},
+    # The budget axis: the same grid at 8× the tokens per model (2,400 steps of the same batch), with a
+    # warm-up, a plateau and a cool-down over the last fifth (wsd, the content study's long schedule).
+    # Its rates are the quick table's, read on purpose (rates_from): choosing them at this budget would
+    # cost 8× the sweep; the page and the summary say so.  The remix fits its few weights for a quarter of
+    # the steps (600: twice the quick budget's whole run).  About an hour a seed on 2 cores.
+    "long": {"rules": RULES, "seeds": 1, "workers": 2, **_QUICK, "train.steps": 2400, "train.schedule": "wsd",
+             "train.decay_frac": 0.2, "train.eval_every": 400, "rates_from": "quick", "remix.steps": 600},
+    # The same grid, three seeds, eight times the tokens per model (4× the steps, 2× the context), at the
+    # quick table's rates read on purpose: a night on 2 cores, an hour on a GPU.
+    "full": {"rules": RULES, "seeds": 3, "workers": 2, **_QUICK, "train.seq_len": 256, "train.steps": 1200,
+             "train.warmup": 200, "train.eval_every": 200, "train.eval_tokens": 16_384,
+             "train.final_eval_tokens": 65_536, "probe.windows": 64, "rates_from": "quick"},
 }
 
 
@@ -197,15 +256,21 @@ def cells(cfg: DepthConfig) -> list[Cell]:
 
 
 class _CellReporter(NullReporter):
-    """What a cell's training loop reports to: nothing kept (a cell restarts whole on resume), and a
-    stop asked by the run."""
+    """What a cell's training loop reports to: nothing kept (a cell restarts whole on resume), a stop
+    asked by the run, and ``on_eval(step)`` after each evaluation (where the mixing weights are read)."""
 
-    def __init__(self, should_stop):
+    def __init__(self, should_stop, on_eval=None):
         super().__init__()
         self._should_stop = should_stop
+        self._on_eval = on_eval
 
     def should_stop(self) -> bool:
         return self._should_stop()
+
+    def log(self, step: int, metrics: dict) -> None:
+        super().log(step, metrics)
+        if self._on_eval is not None and "val/loss" in metrics:
+            self._on_eval(step)
 
     def save_checkpoint(self, step: int, state: dict) -> None:  # a cell is the unit of resume
         pass
@@ -213,10 +278,11 @@ class _CellReporter(NullReporter):
 
 def run_cell(cfg: DepthConfig, rule: str, depth: int, seed: int, should_stop=lambda: False, *,
              streams=None, probes: bool = True) -> dict | None:
-    """One cell: its model trained, evaluated and probed; ``{"row": …, "weights": [...]}``, or None when
-    ``should_stop`` answered yes first.  ``streams`` (:class:`ema_core.lm.train.Streams`) replaces the
-    config's corpus split: the rate sweep passes a dev slice of the training text in the held-out
-    text's place (``bench.depth_lr``); ``probes`` False leaves the probes and weights out."""
+    """One cell: its model trained, evaluated and probed; ``{"row": …, "weights": [...], "trajectory": [...],
+    "remix": [...]}``, or None when ``should_stop`` answered yes first.  ``streams``
+    (:class:`ema_core.lm.train.Streams`) replaces the config's corpus split: the rate sweep passes a dev
+    slice of the training text in the held-out text's place (``bench.depth_lr``); ``probes`` False leaves
+    the probes, the weights and the remix out (the row holds the losses only)."""
 
     t0 = time.perf_counter()
     if streams is None:
@@ -224,29 +290,76 @@ def run_cell(cfg: DepthConfig, rule: str, depth: int, seed: int, should_stop=lam
     vocab = _vocab(cfg)
     device = torch.device("cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
     model = DepthLM(model_config(cfg, rule, depth, vocab), seed=seed).to(device)
+    lr = cfg.lr(rule, depth)
+    trajectory: list[dict] = []
+    on_eval = None
     if probes:
         windows = probe_windows(streams.val, cfg.train.seq_len, cfg.probe.windows)
         frequent = frequent_tokens(streams.train, cfg.probe.classes)
         init = _probe(model, windows, frequent, device)
-    cell_reporter = _CellReporter(should_stop)
+        if rule != "sum":  # the fixed sum's weights never move: 1 on each block's own output
+            few = torch.as_tensor(windows[: cfg.probe.trajectory_windows], device=device)
+
+            def on_eval(step: int) -> None:
+                trajectory.extend({"rule": rule, "depth": depth, "seed": seed, "step": step, **w}
+                                  for w in depth_weights(model, few))
+
+            on_eval(0)
+    cell_reporter = _CellReporter(should_stop, on_eval)
     try:
-        out = train_lm(model, streams, cfg.train.model_copy(update={"lr": cfg.lr(rule)}), seed, cell_reporter,
-                       device=device)
+        out = train_lm(model, streams, cfg.train.model_copy(update={"lr": lr}), seed, cell_reporter, device=device)
     except Cancelled:
         return None
     train_loss = [m["train/loss"] for _, m in cell_reporter.events if "train/loss" in m]
     final = out["final"]
     row = {"rule": rule, "depth": depth, "seed": seed, "d": cfg.model.d_model,
-           "params": sum(p.numel() for p in model.parameters()), "lr": cfg.lr(rule), "tokens": out["tokens"],
+           "params": sum(p.numel() for p in model.parameters()), "lr": lr, "tokens": out["tokens"],
            "train_loss": train_loss[-1], "val_loss": final["loss"], "val_bpb": final["bpb"]}
     if not probes:
-        return {"row": {**row, "seconds": time.perf_counter() - t0}, "weights": []}
+        return {"row": {**row, "seconds": time.perf_counter() - t0}, "weights": [], "trajectory": [], "remix": []}
     row.update(_probe(model, windows, frequent, device))
-    row.update(probe_token_init=init["probe_token"], probe_early_init=init["probe_early"],
-               seconds=time.perf_counter() - t0)
-    weights = [{"rule": rule, "depth": depth, "seed": seed, **w}
-               for w in depth_weights(model, torch.as_tensor(windows, device=device))]
-    return {"row": row, "weights": weights}
+    row.update({f"{k}_init": init[k] for k in INIT_PROBES})
+    idx = torch.as_tensor(windows, device=device)
+    if (entropy := mix_entropy(model, idx)) is not None:  # the fixed sum has no weights to spread
+        row["mix_entropy"] = entropy
+    weights = [{"rule": rule, "depth": depth, "seed": seed, **w} for w in depth_weights(model, idx)]
+    remixed = []
+    if rule == "sum":
+        for fitted in cfg.remix.rules:
+            got = remix(cfg, model, fitted, depth, seed, streams, device, should_stop)
+            if got is None:
+                return None
+            remixed.append({**got, "base_loss": row["val_loss"]})
+    row["seconds"] = time.perf_counter() - t0
+    return {"row": row, "weights": weights, "trajectory": trajectory, "remix": remixed}
+
+
+# The probes also read on the model at its initialisation (``<name>_init`` in a row).
+INIT_PROBES = ("probe_token", "probe_early", "probe_early_resid", "probe_prev")
+
+
+def remix(cfg: DepthConfig, trained: DepthLM, rule: str, depth: int, seed: int, streams, device: torch.device,
+          should_stop=lambda: False) -> dict | None:
+    """The remix test for one rule: a model of ``rule`` given ``trained``'s body (a ``sum`` model: every
+    block, the embeddings and the final norm), frozen, and only its mixing weights fitted on the training
+    text, for ``remix.steps`` steps (default: as many as the models trained, on the same batches) at the
+    rule's own rate at this depth.  Its mix starts as the identity, so at step 0 it is the sum model
+    exactly; what the fit gains is what a better read of the *same* stream recovers.  None when stopped."""
+    model = DepthLM(model_config(cfg, rule, depth, trained.cfg.vocab_size), seed=seed).to(device)
+    missing, unexpected = model.load_state_dict(trained.state_dict(), strict=False)
+    if unexpected or any(not k.startswith("mix.") for k in missing):
+        raise ValueError(f"remix: {rule}'s body does not match the trained sum model's ({unexpected or missing})")
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith("mix."))
+    steps = cfg.remix.steps or cfg.train.steps
+    lr = cfg.lr(rule, depth)
+    train = cfg.train.model_copy(update={"lr": lr, "steps": steps, "warmup": min(cfg.train.warmup, steps - 1),
+                                         "eval_every": steps, "eval_tokens": cfg.train.seq_len})
+    try:
+        out = train_lm(model, streams, train, seed, _CellReporter(should_stop), device=device)
+    except Cancelled:
+        return None
+    return {"rule": rule, "depth": depth, "seed": seed, "steps": steps, "lr": lr, "val_loss": out["final"]["loss"]}
 
 
 def lm_streams(cfg: DepthConfig):
@@ -277,40 +390,63 @@ def probe_windows(val: np.ndarray, seq_len: int, n: int) -> np.ndarray:
 
 @torch.no_grad()
 def _probe(model, windows: np.ndarray, frequent: np.ndarray, device: torch.device) -> dict[str, float]:
-    """Both probes of the last block's stream (:func:`ema_core.depth.probes.probe_all`)."""
+    """Every probe of the last block's stream (:func:`ema_core.depth.probes.probe_all`)."""
 
     was = model.training
     model.eval()
     try:
-        finals, earlies = [], []
+        finals, earlies, embeds = [], [], []
         for chunk in np.array_split(windows, max(1, len(windows) // 16)):
             s = model.streams(torch.as_tensor(chunk, device=device))
             finals.append(s["final"].float().cpu().numpy())
             # block 1's write: what it added to the embedding (its output less x_0)
             earlies.append((s["outputs"][1] - s["outputs"][0]).float().cpu().numpy())
+            embeds.append(s["outputs"][0].float().cpu().numpy())
     finally:
         model.train(was)
-    return probe_all(np.concatenate(finals), np.concatenate(earlies), windows, frequent)
+    return probe_all(np.concatenate(finals), np.concatenate(earlies), np.concatenate(embeds), windows, frequent)
 
 
-def summarise(cfg: DepthConfig, rows: list[dict], seconds: float, vocab: int) -> dict:
-    """The nested map the CLI prints, from the cells' rows (means over seeds)."""
-    keys = ("val_loss", "val_bpb", "probe_token", "probe_early")
+# The per-cell numbers the summary's map averages over seeds (the CLI's promise).
+SUMMARY_KEYS = ("val_loss", "val_bpb", "probe_token", "probe_early", "probe_early_resid", "probe_prev",
+                *(f"{k}_init" for k in ("probe_early_resid", "probe_prev")), "mix_entropy")
+
+
+def _means(rows: list[dict], by: tuple[str, str], keys) -> dict:
+    """{row[by[0]]: {str(row[by[1]]): {key: mean over the rows}}}; a missing or None value is left out."""
     acc: dict[str, dict[str, dict[str, list[float]]]] = {}
     for r in rows:
-        by = acc.setdefault(r["rule"], {}).setdefault(str(r["depth"]), {})
+        cell = acc.setdefault(r[by[0]], {}).setdefault(str(r[by[1]]), {})
         for k in keys:
-            by.setdefault(k, []).append(float(r[k]))
+            if r.get(k) is not None:
+                cell.setdefault(k, []).append(float(r[k]))
+    return {a: {b: {k: float(np.mean(v)) for k, v in cell.items()} for b, cell in inner.items()}
+            for a, inner in acc.items()}
+
+
+def summarise(cfg: DepthConfig, rows: list[dict], seconds: float, vocab: int, remixed: list[dict] = ()) -> dict:
+    """The nested map the CLI prints, from the cells' rows (means over seeds): the map, the rate every
+    (rule, depth) trained at and the table it came from, and the remix beside the joint models' gap."""
     counts = param_counts(cfg, vocab)
+    joint = {(r["rule"], r["depth"], r["seed"]): r["val_loss"] for r in rows}
+    remix_rows = [{**m, "recovered": m["base_loss"] - m["val_loss"],
+                   "joint_gap": (m["base_loss"] - joint[(m["rule"], m["depth"], m["seed"])]
+                                 if (m["rule"], m["depth"], m["seed"]) in joint else None)} for m in remixed]
+    table = cfg.rate_table()
     return {
         "cells": len(rows),
         "seconds": seconds,
-        "map": {rule: {L: {k: float(np.mean(v)) for k, v in by.items()} for L, by in depths.items()}
-                for rule, depths in acc.items()},
+        "tokens": sorted({int(r["tokens"]) for r in rows}),
+        "map": _means(rows, ("rule", "depth"), SUMMARY_KEYS),
+        "remix": _means(remix_rows, ("rule", "depth"), ("val_loss", "base_loss", "recovered", "joint_gap")),
         "params": {rule: {str(L): counts[rule][L] for L in cfg.depths} for rule in cfg.rules},
         "param_gap": param_gap(cfg, vocab),
-        "lr": {rule: cfg.lr(rule) for rule in cfg.rules},
+        "lr": {rule: {str(L): cfg.lr(rule, L) for L in cfg.depths} for rule in cfg._trained_rules()},
         "lr_auto": cfg.train.lr == AUTO,
+        # Which table auto read, and whether it was chosen at this very budget (False: read on purpose
+        # at another, as the long preset reads the quick one).
+        "rate_table": table,
+        "rates_matched": table is not None and not rate_tables.differences(table, cfg.model_dump(mode="json")),
         "seeds": cfg.seeds,
         "vocab_size": vocab,
         "tuned_on": "dev",
@@ -333,13 +469,17 @@ def run(cfg: DepthConfig, reporter: Reporter) -> dict:
     def report(i: int, outcome: dict, n_done: int) -> None:
         cell, row = grid[i], outcome["row"]
         reporter.log(n_done, {f"{m}/{cell.rule}/{cell.depth}": row[m]
-                              for m in ("val_loss", "probe_token", "probe_early")})
+                              for m in ("val_loss", "probe_early_resid", "probe_prev")})
         reporter.progress(n_done / len(grid), f"{n_done}/{len(grid)} cells: {cell.rule} · {cell.depth} blocks · seed "
                                               f"{cell.seed} → val loss {row['val_loss']:.3f}")
 
     def parallel(todo: list[int], finished) -> bool:
-        # The deepest cells first: a long cell handed out last would leave the other workers idle.
-        order = sorted(todo, key=lambda i: -grid[i].depth)
+        # The longest cells first (the deepest; a sum cell also fits its remixes, each about two thirds of
+        # a cell): a long cell handed out last would leave the other workers idle.
+        def cost(i: int) -> float:
+            return grid[i].depth * (1 + 0.7 * len(cfg.remix.rules) * (grid[i].rule == "sum"))
+
+        order = sorted(todo, key=lambda i: -cost(i))
         return run_parallel([(i, (cfg, *grid[i])) for i in order], cfg.workers, reporter, finished, _worker_cell)
 
     def serial(todo: list[int], finished) -> bool:
@@ -349,9 +489,12 @@ def run(cfg: DepthConfig, reporter: Reporter) -> dict:
     done, seconds = run_cells(cfg, grid, reporter, kind=KIND, fmt=CHECKPOINT_FORMAT, t_start=t_start, report=report,
                               serial=serial, parallel=parallel)
     rows = [done[i]["row"] for i in range(len(grid))]
-    weights = [w for i in range(len(grid)) for w in done[i]["weights"]]
-    return {"summary": summarise(cfg, rows, seconds, vocab),
-            "tables": {"depth_results": rows, "depth_weights": weights}}
+    every = [done[i] for i in range(len(grid))]
+    remixed = [m for o in every for m in o["remix"]]
+    return {"summary": summarise(cfg, rows, seconds, vocab, remixed),
+            "tables": {"depth_results": rows, "depth_weights": [w for o in every for w in o["weights"]],
+                       "depth_weight_steps": [w for o in every for w in o["trajectory"]],
+                       "depth_remix": remixed}}
 
 
 def check_rules(cfg: DepthConfig) -> None:
@@ -393,6 +536,6 @@ EXPERIMENT = Experiment(
     run=run,
     description="Dilution in depth: language models whose residual stream sums, weighs or selects its blocks, "
                 "at several depths.",
-    one_click=False,  # about 20 minutes a seed on 2 cores: launched from its page
+    one_click=False,  # about 10 minutes a seed on 2 cores: launched from its page
     headline=headline,
 )

@@ -1,4 +1,4 @@
-"""The depth study's charts (PAPER.md, the depth axis), one colour per rule
+"""The depth study's charts and the frames they draw (PAPER.md, the depth axis), one colour per rule
 (:data:`ema_core.palette.DEPTH_RULE_COLORS`): the explorer's, then the trained comparison's.
 
 The explorer's charts come in pairs: the stack of writes read at its distance L − j from the top, and
@@ -17,11 +17,14 @@ import pandas as pd
 
 from ema_core import palette
 from ema_core.depth import ALL_RULES, RULE_LABELS
+from ema_core.depth import rates as rate_tables
+from ema_core.depth_findings import blocks, by_budget, claim_verdicts, trained_deep
 from ema_core.dilution import rate_label
 from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH,
                               WIDTH, chart_title, color_scale, facet_grid, legend, reference_rule, value_format,
                               with_layout)
 from ema_core.figures.dilution import HORIZON_DASHES, HORIZON_KINDS, SIR_CLIP_DB, WEIGHT_FLOOR, feature_color
+from ema_core.lm.rates import AUTO
 
 # -- the explorer --------------------------------------------------------------------------------------
 
@@ -234,8 +237,10 @@ def explorer_identity_charts(depth_acc: pd.DataFrame, time_acc: pd.DataFrame, ch
 
 
 # -- the trained comparison --------------------------------------------------------------------------
-# Charts of the depth kind's tables (store.depth: depth_results, depth_weights): held-out loss and the
-# probes against depth per rule, and the learned depth weights as DenseFormer draws them.
+# Charts of the depth kind's tables (store.depth: depth_results, depth_weights, depth_weight_steps,
+# depth_remix): held-out loss and the probes against depth per rule, the learned depth weights as
+# DenseFormer draws them and as they train, the rates trained at, the remix test beside the jointly
+# trained gain, and the budget axis (each budget judged apart, by ema_core.depth_findings).
 
 DEPTH_METRICS: dict[str, tuple[str, str]] = {
     # column: (axis title, what it is)
@@ -244,6 +249,12 @@ DEPTH_METRICS: dict[str, tuple[str, str]] = {
     "probe_token": ("input token read from the last stream", "accuracy of a ridge probe among the most frequent "
                                                               "tokens"),
     "probe_early": ("block 1's write read from the last stream (R²)", "a ridge regression onto every coordinate"),
+    "probe_early_resid": ("block 1's own write in the last stream (R²)",
+                          "its write less what the embedding x₀ explains, by a ridge regression"),
+    "probe_prev": ("previous token read from the last stream", "accuracy of a ridge probe of the previous token "
+                                                               "among the most frequent tokens"),
+    "mix_entropy": ("spread of the mixing weights", "0: all weight on one output, 1: even over every output; the "
+                                                    "fixed sum has none"),
 }
 # The rules are set a little apart along depth (a fraction of an octave each, in the paper's order), as
 # the boundary map's crossing chart sets its mixers apart: rules that share one body often end within a
@@ -389,6 +400,197 @@ def weights_map(frame: pd.DataFrame, depth: int) -> alt.FacetChart:
                            "row i: the stream after block i (what block i + 1, or the head, reads); column j: its "
                            "weight on the output of block j (0: the embedding); sum: 1 on its own output; select: "
                            "the per-token softmax averaged over the probe tokens", PAGE_WIDTH)))
+
+
+# -- the rates trained at ---------------------------------------------------------------------------------
+
+def rates_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The peak rate each (rule, depth) trained at: a row per rule (the paper's order), a column per depth
+    ("4 blocks"), each cell the rate (several joined, where the rows hold more than one)."""
+    data = rows.dropna(subset=["lr"])
+    if data.empty:
+        return pd.DataFrame(columns=["rule"])
+    cells = data.groupby(["rule", "depth"])["lr"].agg(lambda v: ", ".join(f"{x:.3g}" for x in sorted(set(v))))
+    table = cells.unstack("depth")
+    table = table.reindex(_rules_present(table.index))
+    table.columns = [blocks(int(L)) for L in table.columns]
+    return table.rename_axis("rule").reset_index()
+
+
+def _table_tokens(name: str) -> int:
+    tuned = rate_tables.TABLES[name]["tuned_for"]
+    return tuned["train.steps"] * tuned["train.batch"] * tuned["train.seq_len"]
+
+
+def rate_source(config: dict, summary: dict | None = None) -> str:
+    """Where one config's rates came from, in words: set in the config, or the rate table ``auto`` read
+    and whether it was chosen at this config's budget.  The run's own record of it (its summary's
+    ``rate_table`` and ``rates_matched``) where it has one, else read from the config."""
+    lr = (config.get("train") or {}).get("lr")
+    if lr != AUTO:
+        return (f"Set in the config: train.lr = {lr:g}, the same for every rule and depth"
+                if isinstance(lr, (int, float)) else "Not recorded by these runs")
+    summary = summary or {}
+    name = summary.get("rate_table") or config.get("rates_from") or rate_tables.matching_table(config)
+    if name not in rate_tables.TABLES:
+        return (f"From the rate table {name!r}, which this code no longer holds" if name
+                else "From a rate table not recorded")
+    matched = summary["rates_matched"] if "rates_matched" in summary else not rate_tables.differences(name, config)
+    if matched:
+        source = rate_tables.TABLES[name]["source"]
+        return f"From the `{name}` rate table, chosen on dev at this very budget (`{source}`)"
+    return (f"From the `{name}` rate table: rates chosen at the {name} budget, read here on purpose (that budget is "
+            f"{_table_tokens(name):,} training tokens per model)")
+
+
+# -- the weights as they train ---------------------------------------------------------------------------
+
+def source_label(source: int) -> str:
+    """The output a weight is on: the embedding (0) or a block's."""
+    return "0: the embedding" if int(source) == 0 else f"block {int(source)}"
+
+
+def _source_color(source: int, depth: int) -> str:
+    # An ordered index takes the palette's ordered ramp: the embedding darkest, the latest output lightest.
+    return palette.RAMP_COLORS[round(int(source) / max(int(depth), 1) * palette.RAMP_STEPS)]
+
+
+def trajectory_frame(steps: pd.DataFrame, rule: str, depth: int) -> pd.DataFrame:
+    """One rule's mixing weights at one depth as they train (``depth_weight_steps``), mean over seeds:
+    layer, source, source_label, step, weight, std, n."""
+    data = steps[(steps["rule"] == rule) & (steps["depth"] == depth)]
+    g = (data.groupby(["layer", "source", "step"])["weight"].agg(["mean", "std", "count"]).reset_index()
+         .rename(columns={"mean": "weight", "count": "n"}))
+    g["source_label"] = g["source"].map(source_label)
+    return g
+
+
+def trajectory_chart(frame: pd.DataFrame, rule: str, depth: int) -> alt.FacetChart:
+    """Small multiples, one per block's stream: the weight it gives each earlier output (a line per output,
+    0 the embedding) against the training step (0: initialisation), mean over seeds."""
+    sources = sorted(int(s) for s in frame["source"].unique())
+    labels = [source_label(s) for s in sources]
+    colors = {source_label(s): _source_color(s, depth) for s in sources}
+    panels = max(1, frame["layer"].nunique())
+    columns, width = facet_grid(panels, max_columns=4, min_width=120, max_width=260)
+    n = int(frame["n"].max()) if len(frame) else 0
+    chart = alt.Chart(frame, width=width, height=110).mark_line(point=alt.OverlayMarkDef(size=20)).encode(
+        x=alt.X("step:Q", title="training step", axis=alt.Axis(format=COUNT_FORMAT, tickCount=4)),
+        y=alt.Y("weight:Q", title="weight", axis=alt.Axis(format=value_format(frame["weight"], ticks=4))),
+        color=alt.Color("source_label:N", title="weight on the output of", sort=labels,
+                        scale=color_scale(labels, lambda v: colors.get(v, palette.OTHER_COLOR)),
+                        legend=legend(labels, width=PAGE_WIDTH)),
+        tooltip=[alt.Tooltip("layer:O", title="stream after block"), alt.Tooltip("source_label:N", title="output"),
+                 alt.Tooltip("step:Q"), alt.Tooltip("weight:Q", format=".4f"),
+                 alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")])
+    header = alt.Header(labelFontSize=LEGEND_SIZE, labelExpr="'stream after block ' + datum.value")
+    return with_layout(chart.facet(facet=alt.Facet("layer:O", title=None, header=header), columns=columns)
+                       .properties(title=chart_title(
+                           f"{RULE_LABELS.get(rule, rule)[:1].upper()}{RULE_LABELS.get(rule, rule)[1:]}: its weights "
+                           f"as they train, at {blocks(depth)}",
+                           f"the weight each block's stream gives every earlier output, at every evaluation (step 0: "
+                           f"initialisation); mean over {n} seed{'' if n == 1 else 's'}", PAGE_WIDTH)))
+
+
+# -- the remix test --------------------------------------------------------------------------------------
+
+REMIX_COLUMNS = ["depth", "rule", "seeds", "joint_gain_mean", "joint_gain_std", "remix_gain_mean", "remix_gain_std",
+                 "share"]
+
+
+def remix_frame(rows: pd.DataFrame, remix: pd.DataFrame) -> pd.DataFrame:
+    """Per depth and fitted rule (``depth_remix``): the jointly trained gain, loss(sum) − loss(rule) from
+    ``depth_results`` at the same (depth, seed), and the remix's, base_loss − val_loss (the frozen sum's
+    held-out loss less the remixed one's), each formed per seed then mean and std over the seeds that
+    hold both; ``share``, the remix's mean gain over the joint one's (none where the joint gain is not
+    above 0: nothing to recover).  A cell held twice (one seed run twice) is averaged."""
+    if remix.empty:
+        return pd.DataFrame(columns=REMIX_COLUMNS)
+    loss = rows.groupby(["rule", "depth", "seed"])["val_loss"].mean()
+    per = pd.DataFrame({
+        "rule": remix["rule"], "depth": remix["depth"].astype(int), "seed": remix["seed"].astype(int),
+        "remix_gain": remix["base_loss"] - remix["val_loss"],
+        "joint_gain": [loss.get(("sum", d, s), np.nan) - loss.get((r, d, s), np.nan)
+                       for r, d, s in zip(remix["rule"], remix["depth"], remix["seed"])]})
+    per = per.groupby(["rule", "depth", "seed"], as_index=False).mean().dropna(subset=["remix_gain", "joint_gain"])
+    g = per.groupby(["depth", "rule"]).agg(seeds=("seed", "count"), joint_gain_mean=("joint_gain", "mean"),
+                                           joint_gain_std=("joint_gain", "std"), remix_gain_mean=("remix_gain", "mean"),
+                                           remix_gain_std=("remix_gain", "std")).reset_index()
+    g["share"] = (g["remix_gain_mean"] / g["joint_gain_mean"]).where(g["joint_gain_mean"] > 0)
+    g["rule"] = pd.Categorical(g["rule"], _rules_present(g["rule"]), ordered=True)
+    return g.sort_values(["depth", "rule"]).assign(rule=lambda d: d["rule"].astype(str))[REMIX_COLUMNS] \
+        .reset_index(drop=True)
+
+
+# -- the budget axis ---------------------------------------------------------------------------------------
+
+def budget_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per budget (training tokens per model), smallest first: its runs and seeds, the fixed sum's
+    mean held-out loss at its shallowest and deepest depth and whether the deepest beats the shallowest
+    (:func:`ema_core.depth_findings.trained_deep`), and the word of the claim "the gap grows with depth"
+    there."""
+    out = []
+    for tokens, (held, _) in by_budget(rows).items():
+        deep = trained_deep(held)
+        gap = next(v for v in claim_verdicts(held) if v.claim.key == "gap_grows_with_depth")
+        out.append({"tokens per model": tokens, "runs": len({r["run_id"] for r in held}),
+                    "seeds": len({r["seed"] for r in held}),
+                    "shallowest": deep["shallow"] if deep else None,
+                    "sum at shallowest": deep["shallow_loss"] if deep else None,
+                    "deepest": deep["deep"] if deep else None,
+                    "sum at deepest": deep["deep_loss"] if deep else None,
+                    "deepest beats shallowest": ("yes" if deep["beats"] else "no") if deep else "—",
+                    "gap grows with depth": gap.word})
+    return pd.DataFrame(out, columns=["tokens per model", "runs", "seeds", "shallowest", "sum at shallowest",
+                                      "deepest", "sum at deepest", "deepest beats shallowest",
+                                      "gap grows with depth"])
+
+
+def budget_label(tokens) -> str:
+    return "tokens not recorded" if tokens is None or pd.isna(tokens) else f"{int(tokens):,} tokens per model"
+
+
+def budget_loss_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean held-out loss over seeds per budget, rule and depth: tokens, budget, rule, rule_label, depth,
+    mean, std, n."""
+    data = rows.dropna(subset=["val_loss"]).assign(tokens=lambda d: d["tokens"].astype("Int64"))
+    g = data.groupby(["tokens", "rule", "depth"], dropna=False)["val_loss"].agg(["mean", "std", "count"])
+    g = g.rename(columns={"count": "n"}).reset_index()
+    g["budget"] = g["tokens"].map(budget_label)
+    g["rule_label"] = g["rule"].map(lambda r: RULE_LABELS.get(r, r))
+    return g
+
+
+def budget_chart(frame: pd.DataFrame) -> alt.FacetChart:
+    """Held-out loss against depth, a line per rule, a panel per budget (smallest first; each its own y:
+    a longer budget's losses lie far below a shorter one's)."""
+    rules = _rules_present(frame["rule"])
+    depths = sorted(int(d) for d in frame["depth"].unique())
+    budgets = list(dict.fromkeys(frame.sort_values("tokens")["budget"]))
+    # Each panel has a loss axis of its own (facet_grid allows for one beside the first column only).
+    axis, gap = 80, 20
+    columns = max(1, min(len(budgets), 3, (PAGE_WIDTH + gap) // (160 + axis + gap)))
+    width = min(260, (PAGE_WIDTH - columns * axis - (columns - 1) * gap) // columns)
+    x = alt.X("depth:Q", title="blocks (log scale)",
+              scale=alt.Scale(type="log", base=2, nice=False,
+                              domain=[min(depths) * 2.0 ** -DEPTH_MARGIN_OCTAVES,
+                                      max(depths) * 2.0 ** DEPTH_MARGIN_OCTAVES] if depths else None),
+              axis=alt.Axis(values=depths, format=COUNT_FORMAT))
+    chart = alt.Chart(frame, width=width, height=HEIGHT).mark_line(point=True).encode(
+        x=x, y=alt.Y("mean:Q", title="held-out loss (nats/token)", scale=alt.Scale(zero=False),
+                     axis=alt.Axis(format=max((value_format(g["mean"]) for _, g in frame.groupby("budget")),
+                                              key=lambda f: int(f[2:-1]), default=value_format(frame["mean"])))),
+        color=_rule_color(rules, PAGE_WIDTH),
+        tooltip=[alt.Tooltip("budget:N"), alt.Tooltip("rule_label:N", title="rule"),
+                 alt.Tooltip("depth:Q", title="blocks"), alt.Tooltip("mean:Q", format=".4f"),
+                 alt.Tooltip("std:Q", format=".4f", title="std (seeds)"), alt.Tooltip("n:Q", title="seeds")])
+    header = alt.Header(labelFontSize=LEGEND_SIZE)
+    return with_layout(chart.facet(facet=alt.Facet("budget:N", sort=budgets, title=None, header=header),
+                                   columns=columns).resolve_scale(y="independent")
+                       .properties(title=chart_title(
+                           "Held-out loss against depth at each budget",
+                           "every finished run in the store, a panel per budget (training tokens per model); "
+                           "mean over seeds, each panel its own loss axis", PAGE_WIDTH)))
 
 
 def run_figures(rows: pd.DataFrame) -> list[tuple[str, alt.TopLevelMixin]]:
