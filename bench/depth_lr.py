@@ -16,8 +16,9 @@ where its best rate is at an edge of what it tried, the next rung beyond that ed
 after round, until the best is inside (or ``--rounds`` is spent, which the report flags).  With several
 seeds a rate scores its worst seed (a rate that diverges on one seed is not chosen), a tie the smaller
 rate.  ``--check-seeds`` trains each (rule, depth)'s best rung and the rung below it on more seeds, and
-keeps the one whose worst seed is lower: the search climbs to the edge of stability on its seed, and
-a rate there may diverge on the next.  The choice is what :data:`ema_core.experiments.depth.AUTO_LR` holds (docs/benchmarks.md).
+keeps the one whose worst seed is lower (where that is the lower rung, the next one down is tried, and
+so on): the search climbs to the edge of stability on its seed, and a rate there may diverge on the
+next.  The choice is what :data:`ema_core.experiments.depth.AUTO_LR` holds (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -70,8 +71,9 @@ def _score(losses: list[float]) -> float:
 def sweep(preset: str = "quick", rules=RULES, depths=DEFAULT_DEPTHS, start=DEFAULT_START, seeds=(0,),
           dev_tokens: int = 65_536, workers: int = 2, rounds: int = 4, check_seeds=(), prior=()) -> dict:
     """The search on ``seeds``, then, with ``check_seeds``, each (rule, depth)'s best rung and the rung below
-    it trained on those seeds too, the one whose worst seed is lower kept (a best rate on the edge of
-    stability on one seed is not trusted alone).  ``prior``: rows of an earlier report of the same
+    it trained on those seeds too, the one whose worst seed is lower kept, and where that is the lower one
+    the next rung down tried as well (a best rate on the edge of stability on one seed is not trusted
+    alone).  ``prior``: rows of an earlier report of the same
     preset, not trained again."""
     rows: list[dict] = [dict(r) for r in prior]
     tried: dict[tuple[str, int], set[int]] = {(r, L): {rung(lr) for lr in start} for r in rules for L in depths}
@@ -122,13 +124,27 @@ def sweep(preset: str = "quick", rules=RULES, depths=DEFAULT_DEPTHS, start=DEFAU
             break
     searched = {key: _best(rows, *key, seeds) for key in tried}
     every = tuple(seeds) + tuple(s for s in check_seeds if s not in seeds)
+    kept = dict(searched)
     if check_seeds:
-        train({key: {k, k - 1} for key, k in searched.items()}, every, "check")
+        # The best rung and the one below on every seed; where the lower one wins, the next rung down is
+        # tried too, as the search extends an edge winner, until the worst seed stops improving.
+        todo = {key: {k, k - 1} for key, k in searched.items()}
+        for round_ in range(1, rounds + 1):
+            train(todo, every, "check" if round_ == 1 else f"check {round_}")
+            todo = {}
+            for (rule, L), k in kept.items():
+                ks = {r["rung"] for r in rows if (r["rule"], r["depth"]) == (rule, L)
+                      and set(every) <= {x["seed"] for x in rows if (x["rule"], x["depth"], x["rung"])
+                                          == (rule, L, r["rung"])}}
+                best = min(ks, key=lambda j: (_score(_losses(rows, rule, L, j, every)), j))
+                kept[rule, L] = best
+                if best == min(ks) and best < searched[rule, L]:
+                    todo[rule, L] = {best - 1}
+            if not todo:
+                break
     choice = {}
     for (rule, L), ks in tried.items():
-        k = searched[rule, L]
-        if check_seeds:
-            k = min((k, k - 1), key=lambda j: (_score(_losses(rows, rule, L, j, every)), j))
+        k = kept[rule, L]
         scored = {r["rung"] for r in rows if r["rule"] == rule and r["depth"] == L and r["seed"] in seeds}
         choice.setdefault(rule, {})[str(L)] = {
             "lr": ladder(k), "dev_loss": _score(_losses(rows, rule, L, k, every if check_seeds else seeds)),

@@ -23,6 +23,8 @@ def fake_trainings(monkeypatch):
             loss = 5.0 + math.log(cfg.train.lr / BEST[depth]) ** 2 + (0.5 if rule == "dynamic" and seed == 1 else 0)
             if rule == "select" and seed == 1 and cfg.train.lr == BEST[depth]:
                 loss = 9.0  # the best rate on seed 0 diverges on seed 1
+            if rule == "static" and seed == 1 and cfg.train.lr >= BEST[depth] / 1.5:
+                loss = 9.0  # on seed 1 the best and the rung below diverge: the check goes down further
             finished(i, {"val_loss": loss, "val_bpb": loss / 2.5, "seconds": 1.0})
         return True
 
@@ -70,7 +72,12 @@ def test_check_seeds_step_down_a_best_rate_that_diverges_on_another_seed(fake_tr
     assert (select["searched"], select["lr"]) == (2.83e-3, 2e-3)   # diverged on seed 1: one rung down
     assert select["dev_loss"] == pytest.approx(5.0 + math.log(2e-3 / 2.83e-3) ** 2)
     checked = {(r["rule"], r["lr"]) for r in report["rows"] if r["seed"] == 1}
-    assert checked == {("sum", 2.83e-3), ("sum", 2e-3), ("select", 2.83e-3), ("select", 2e-3)}
+    # select kept the lower rung, so the one below that was tried too (and lost)
+    assert checked == {("sum", 2.83e-3), ("sum", 2e-3), ("select", 2.83e-3), ("select", 2e-3), ("select", 1.41e-3)}
+    # Where even the rung below diverges on seed 1, the check goes on down while the worst seed improves.
+    down = sweep_module.sweep(rules=("static",), depths=(8,), seeds=(0,), check_seeds=(1,), rounds=4)
+    assert down["choice"]["static"]["8"]["lr"] == 1.41e-3
+    assert {r["lr"] for r in down["rows"] if r["seed"] == 1} == {2.83e-3, 2e-3, 1.41e-3, 1e-3}
 
 
 def test_an_earlier_reports_rows_are_not_trained_again(fake_trainings):

@@ -373,7 +373,7 @@ def test_the_long_preset_is_eight_times_the_quick_tokens_with_warm_up_plateau_an
 
 def test_the_remix_refuses_sum():
     with pytest.raises(ValueError, match="sum has no mixing weights"):
-        build_config("depth", overrides={**TINY, "remix.rules": "sum"})
+        build_config("depth", overrides={**TINY, "remix.fitted": "sum"})
 
 
 def test_headline_names_the_deepest_depth(tiny_result):

@@ -97,7 +97,8 @@ def test_run_detail(runs):
     assert d["metric_keys"] == ["acc", "loss"] and d["metric_rows"] == 5
     assert d["result_rows"] == {"dilution_accuracy": 0, "probe_accuracy": 2, "lm_eval": 0, "boundary_accuracy": 0,
                                  "boundary_dev_curve": 0, "boundary_recall_state": 0, "lm_token_classes": 0,
-                                 "depth_results": 0, "depth_weights": 0}
+                                 "depth_results": 0, "depth_weights": 0, "depth_weight_steps": 0,
+                                 "depth_remix": 0}
     assert d["result_ingested"] is True and d["bad_lines"] == 0
     assert queries.run_detail("no-such-run") is None
 
@@ -158,7 +159,8 @@ def test_store_summary(runs):
     assert s["runs"] == 6 and s["metric_rows"] == 5 + 2 + 1
     assert s["results"] == {"dilution_accuracy": 3, "probe_accuracy": 6, "lm_eval": 3, "boundary_accuracy": 0,
                             "boundary_dev_curve": 0, "boundary_recall_state": 0, "lm_token_classes": 0,
-                            "depth_results": 0, "depth_weights": 0, "bench_figures": 0}
+                            "depth_results": 0, "depth_weights": 0, "depth_weight_steps": 0, "depth_remix": 0,
+                            "bench_figures": 0}
     by = {(r.kind, r.status): r.runs for r in s["by_kind_status"].itertuples()}
     assert by == {("dilution", "done"): 1, ("lm", "failed"): 1, ("lm", "running"): 1, ("probe", "done"): 3}
 

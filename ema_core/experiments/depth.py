@@ -8,7 +8,7 @@ trained model and on the same model at its initialisation.  At one (depth, seed)
 from the same body (the same draws for every block) and sees the same batches: rules differ only in
 how the stream adds its blocks up.  Each (rule, depth) trains at its own rate, chosen on dev
 (:mod:`ema_core.depth.rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
-the mixing weights of ``remix.rules`` fitted on top.  Cells are independent and a pure function of
+the mixing weights of ``remix.fitted`` fitted on top.  Cells are independent and a pure function of
 (config, seed, cell): a run resumes cell by cell, and cells train in parallel over ``workers``
 processes (or a cluster's, :mod:`ema_core.experiments.cells`).
 
@@ -105,12 +105,13 @@ class DepthRemixConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rules: tuple[Rule, ...] = Field(REMIX_RULES, description="the rules whose mixing weights are fitted on the "
-                                                             "frozen sum model (empty: no remix)")
+    # Not ``rules``: the grid's own rules sit beside it at the top of the config.
+    fitted: tuple[Rule, ...] = Field(REMIX_RULES, description="the rules whose mixing weights are fitted on the "
+                                                              "frozen sum model (empty: no remix)")
     steps: int | None = Field(None, ge=1, le=10_000_000, description="optimiser steps of the fit (none: as many "
                                                                      "as the models trained, on the same batches)")
 
-    @field_validator("rules")
+    @field_validator("fitted")
     @classmethod
     def _mixing(cls, v: tuple) -> tuple:
         if "sum" in v:
@@ -183,7 +184,7 @@ class DepthConfig(BaseModel):
 
     def _trained_rules(self) -> tuple[str, ...]:
         """Every rule a model is trained or fitted with: the grid's, and the remix's where sum is in it."""
-        return tuple(dict.fromkeys((*self.rules, *(self.remix.rules if "sum" in self.rules else ()))))
+        return tuple(dict.fromkeys((*self.rules, *(self.remix.fitted if "sum" in self.rules else ()))))
 
     def rate_table(self) -> str | None:
         """The table "auto" reads (None for a numeric ``train.lr``)."""
@@ -325,7 +326,7 @@ def run_cell(cfg: DepthConfig, rule: str, depth: int, seed: int, should_stop=lam
     weights = [{"rule": rule, "depth": depth, "seed": seed, **w} for w in depth_weights(model, idx)]
     remixed = []
     if rule == "sum":
-        for fitted in cfg.remix.rules:
+        for fitted in cfg.remix.fitted:
             got = remix(cfg, model, fitted, depth, seed, streams, device, should_stop)
             if got is None:
                 return None
@@ -477,7 +478,7 @@ def run(cfg: DepthConfig, reporter: Reporter) -> dict:
         # The longest cells first (the deepest; a sum cell also fits its remixes, each about two thirds of
         # a cell): a long cell handed out last would leave the other workers idle.
         def cost(i: int) -> float:
-            return grid[i].depth * (1 + 0.7 * len(cfg.remix.rules) * (grid[i].rule == "sum"))
+            return grid[i].depth * (1 + 0.7 * len(cfg.remix.fitted) * (grid[i].rule == "sum"))
 
         order = sorted(todo, key=lambda i: -cost(i))
         return run_parallel([(i, (cfg, *grid[i])) for i in order], cfg.workers, reporter, finished, _worker_cell)
