@@ -399,3 +399,21 @@ def test_rows_of_several_budgets_are_judged_apart():
     verdicts = {t: by_key(claim_verdicts(*part)) for t, part in parts.items()}
     assert verdicts[4096]["static_beats_sum"].verdict == "inconclusive"
     assert verdicts[32768]["static_beats_sum"].verdict == "reproduced"
+
+
+def test_a_rule_that_loses_and_fits_its_training_text_worse_is_said_to_train_worse():
+    """Δ < 0 with the losing rule's training loss higher too: the verdict stands and carries the caveat that
+    the deficit is one of training; with its training loss lower (it fits, then generalises worse), none."""
+    def worse(by_train):
+        def tweak(r, i):
+            if r["rule"] == "dynamic" and r["depth"] == DEPTHS[-1]:
+                r["val_loss"] += DELTAS["reproduced"][i]
+                r["train_loss"] += by_train
+        return by_key(judged(flat(tweak=tweak)))["dynamic_beats_static"]
+
+    v = worse(0.2)
+    assert v.verdict == "not_reproduced"
+    assert v.note.startswith(f"At 16 blocks {RULE_LABELS['dynamic']} also ends with a higher training loss than "
+                             f"{RULE_LABELS['static']}") and "one of training" in v.note
+    assert worse(-0.2).note == "" and worse(-0.2).verdict == "not_reproduced"
+    assert by_key(judged(paper_like()))["dynamic_beats_static"].note == ""  # Δ > 0: nothing to excuse
