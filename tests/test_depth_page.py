@@ -175,7 +175,10 @@ def budgets_home(tmp_path_factory):
         if m["depth"] == 2:  # the remix keeps its gain over the frozen sum it starts from
             moved = shallow[m["seed"]] + 0.5 - m["base_loss"]
             m["base_loss"], m["val_loss"] = m["base_loss"] + moved, m["val_loss"] + moved
-    long = write_finished_run(home, "depth", cfg, 0, events, result, ended="2026-01-01T00:02:00+00:00")
+    # Started after the tiny run ended: the newest, whatever the two run ids (a tie in start time would
+    # fall back on the ids' order, which moves with every config field).
+    long = write_finished_run(home, "depth", cfg, 0, events, result, started="2026-01-01T00:01:30+00:00",
+                              ended="2026-01-01T00:02:00+00:00")
     report = ingest(home, [long])
     assert report["errors"] == [], report["errors"]
     return home, (short[0], long)
