@@ -153,6 +153,12 @@ def _on_log_ramp(value: float, span: tuple[float, float]) -> str:
     return _ramp_at(t)
 
 
+def order_color(index: int, last: int) -> str:
+    """The colour of item ``index`` of 0 … ``last`` in an order (a block's output in depth: the embedding
+    darkest, the latest output lightest), on the rates' ramp: an order, drawn as the rates are."""
+    return _ramp_at(int(index) / max(int(last), 1))
+
+
 def rate_color(alpha: float) -> str:
     """The colour of the rate ``alpha`` wherever it is drawn by value (a sweep's rates, an export): its
     place on the ramp, fast (large α) light, slow dark."""

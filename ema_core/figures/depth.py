@@ -450,11 +450,6 @@ def source_label(source: int) -> str:
     return "0: the embedding" if int(source) == 0 else f"block {int(source)}"
 
 
-def _source_color(source: int, depth: int) -> str:
-    # An ordered index takes the palette's ordered ramp: the embedding darkest, the latest output lightest.
-    return palette.RAMP_COLORS[round(int(source) / max(int(depth), 1) * palette.RAMP_STEPS)]
-
-
 def trajectory_frame(steps: pd.DataFrame, rule: str, depth: int) -> pd.DataFrame:
     """One rule's mixing weights at one depth as they train (``depth_weight_steps``), mean over seeds:
     layer, source, source_label, step, weight, std, n."""
@@ -470,7 +465,7 @@ def trajectory_chart(frame: pd.DataFrame, rule: str, depth: int) -> alt.FacetCha
     0 the embedding) against the training step (0: initialisation), mean over seeds."""
     sources = sorted(int(s) for s in frame["source"].unique())
     labels = [source_label(s) for s in sources]
-    colors = {source_label(s): _source_color(s, depth) for s in sources}
+    colors = {source_label(s): palette.order_color(s, depth) for s in sources}
     panels = max(1, frame["layer"].nunique())
     columns, width = facet_grid(panels, max_columns=4, min_width=120, max_width=260)
     n = int(frame["n"].max()) if len(frame) else 0
