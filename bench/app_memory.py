@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, serve, settle, watch
+from ema_core.rundir import emalab_home
 
 TARGET_MIB = 700
 
@@ -35,9 +36,9 @@ def walk(home: Path) -> dict:
 
     Returns {"start_mib", "end_mib", "peak_mib", "target_mib", "pass", "pages": {stem: mib after it},
     "exceptions": [page stems whose script raised]}."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # the browser driver: only when a walk runs, not on import
 
-    from pages._router import NAV
+    from pages._router import NAV  # imports Streamlit: only when a walk runs, not on import
 
     if CHROMIUM is None:
         raise RuntimeError("the memory walk needs chromium on PATH (make chromium installs it)")
@@ -71,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.home is not None:
         home = args.home.resolve()
     else:
-        from ema_core.rundir import emalab_home
-
         home = emalab_home()
     report = {**walk(home), "home_runs": len(list((home / "runs").glob("*/"))) if (home / "runs").exists() else 0}
     if args.json:

@@ -210,19 +210,25 @@ def reference_streams(model: DepthLM, idx: torch.Tensor) -> dict[str, object]:
     return {"outputs": outs, "final": z}
 
 
+def _eval_weights(model: DepthLM, idx: torch.Tensor) -> list[torch.Tensor | None]:
+    """Each block's mixing weights on ``idx`` (as :meth:`DepthMix.forward` gives them), read in eval mode
+    and the model's mode restored."""
+    was = model.training
+    model.eval()
+    try:
+        return model.streams(idx)["weights"]
+    finally:
+        model.train(was)
+
+
 @torch.no_grad()
 def depth_weights(model: DepthLM, idx: torch.Tensor) -> list[dict]:
     """The weight each block's stream gives each earlier output, as DenseFormer draws them: one row
     per (layer i = 1..L, source j = 0..i).  ``sum``: 1 on its own output (x_i already holds every
     earlier write); ``static``: the learned α; ``select`` and ``dynamic``: the per-token weights averaged
     over ``idx``'s tokens."""
-    was = model.training
-    model.eval()
-    try:
-        weights = model.streams(idx)["weights"]
-    finally:
-        model.train(was)
     rows = []
+    weights = _eval_weights(model, idx)
     for i, w in enumerate(weights, start=1):
         if w is None:
             vec = [1.0 if j == i else 0.0 for j in range(i + 1)]
@@ -238,13 +244,8 @@ def mix_entropy(model: DepthLM, idx: torch.Tensor) -> float | None:
     over all): per token and block, the entropy of |w| / Σ|w| over the i + 1 outputs divided by log(i + 1),
     averaged over ``idx``'s tokens, then over the blocks.  For ``select`` |w| is its softmax; ``dynamic``'s
     weights are signed, so their magnitudes are read.  None for ``sum`` (it has no weights to spread)."""
-    was = model.training
-    model.eval()
-    try:
-        weights = model.streams(idx)["weights"]
-    finally:
-        model.train(was)
     per_block = []
+    weights = _eval_weights(model, idx)
     for i, w in enumerate(weights, start=1):
         if w is None:
             return None
