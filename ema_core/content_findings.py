@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Mapping
 
 from ema_core import palette
-from ema_core.lm.ngram import BASELINES
-from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.lm.ngram import BASELINES, COPY_MIX
+from ema_core.lm.token_classes import CLASSES, NOT_RECALL as REST_OF_RECALL, SPLITS, position_classes
 from ema_core.schedule import peak_steps
 from ema_core.tables import number_text
 from ema_core.verdicts import (VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, one_sided_p, paired, spread,
@@ -229,15 +229,24 @@ def _judged(claim: list[Comparison], power: Comparison | None, has_linear: bool)
 # and the loss summed in nats, with the run's group_id, seed and the run id of the GPT its final table
 # divides it by).  Everything below reads the final evaluation only; sums, never means, are pooled.
 
-PARTITIONS = {"class": CLASSES, "band": BANDS}  # the store's partition -> its classes, in their order
-PARTITION_LABELS = {"class": "token class", "band": "training-frequency band"}
+PARTITIONS = {s.partition: s.classes for s in SPLITS}  # the store's partition -> its classes, in their order
+PARTITION_LABELS = {s.partition: s.label for s in SPLITS}
 ALL_TOKENS = "all tokens"  # the row of every class of a partition pooled: the run's whole held-out loss
 
 
 def class_label(name: str) -> str:
-    """``"recall 1–16"``, ``"recall 257+"``, ``"first"``, ``"rare"``: how charts and tables name a class."""
+    """``"recall 1–16"``, ``"recall 257+"``, ``"recall 65–256 at 129–256"``, ``"recall, bigram seen 1–9× in
+    training"``, ``"first"``, ``"rare"``: how charts and tables name a class."""
+    def span(text: str) -> str:
+        return text.replace("_plus", "+").replace("_", "–")
+
+    if name == REST_OF_RECALL:
+        return "not recall"
+    if name.startswith("recall_bigram_"):
+        return f"recall, bigram seen {span(name[len('recall_bigram_'):])}× in training"
     if name.startswith("recall_"):
-        return "recall " + name[len("recall_"):].replace("_plus", "+").replace("_", "–")
+        distance, _, position = name[len("recall_"):].partition("_at_")
+        return f"recall {span(distance)}" + (f" at {span(position)}" if position else "")
     return name
 
 
@@ -247,6 +256,12 @@ RECALL = ("recall_1_16", "recall_17_64", "recall_65_256", "recall_257_plus")  # 
 NOT_RECALL = ("first", "other")
 FAR_RECALL = ("recall_65_256", "recall_257_plus")  # more than 64 tokens back
 NEAR_RECALL = ("recall_1_16",)
+# Position-matched: the same buckets, only at positions where a far recall can occur (past 64 tokens).
+MATCHED_FROM = 65
+FAR_RECALL_MATCHED = position_classes(FAR_RECALL, MATCHED_FROM)
+NEAR_RECALL_MATCHED = position_classes(NEAR_RECALL, MATCHED_FROM)
+RARE_BIGRAM_RECALL = ("recall_bigram_0", "recall_bigram_1_9")  # a bigram seen fewer than 10 times in training
+COMMON_BIGRAM_RECALL = ("recall_bigram_10_plus",)
 # The paper's argument (a fixed-decay trace loses which token came when), as zoology measures it
 # (arXiv 2312.04927: 82 % of the gap between attention-free models and attention sits on recall tokens).
 GAP_PREDICTION = "the gap concentrates on recall tokens and grows with their distance"
@@ -260,6 +275,10 @@ class GapClaim:
     more: tuple[str, ...]     # classes pooled (Σ loss / Σ tokens) whose gap per token should be larger
     less: tuple[str, ...]     # classes pooled it is held against
     needs: str                # the tokens a seed must hold for Δ, for the sentence when none does
+    partition: str = "class"  # the store's partition both pools are classes of
+    # An evaluation whose gap is subtracted from the final one's in each pool: the claim is then about the
+    # part of the gap that evaluation closes (COPY_MIX: what a free copy mechanism buys).
+    closed_by: str | None = None
 
 
 GAP_CLAIMS: tuple[GapClaim, ...] = (
@@ -272,6 +291,25 @@ GAP_CLAIMS: tuple[GapClaim, ...] = (
              FAR_RECALL, NEAR_RECALL,
              "recall tokens both more than 64 back (evaluation windows longer than 65 tokens: train.seq_len) and "
              "1–16 back"),
+    GapClaim("grows_with_distance_matched", "The gap grows with the recall distance at matched positions (gap per "
+             f"token on recall tokens more than 64 back − on recall tokens 1–16 back, both at position ≥ "
+             f"{MATCHED_FROM}, > 0)", "and grows with their distance",
+             FAR_RECALL_MATCHED, NEAR_RECALL_MATCHED,
+             f"recall tokens both more than 64 back and 1–16 back at position ≥ {MATCHED_FROM}",
+             partition="recall_by_position"),
+    GapClaim("rare_bigram", "The gap is larger on recall tokens whose bigram is rare in training (gap per token on "
+             "recall tokens whose bigram occurs fewer than 10 times in the training split − on those whose bigram "
+             "occurs 10 or more times, > 0)", "the gap concentrates on recall tokens (those the training text "
+             "cannot supply)",
+             RARE_BIGRAM_RECALL, COMMON_BIGRAM_RECALL,
+             "recall tokens with both a rare and a common training bigram (runs stored before the split have none)",
+             partition="recall_by_bigram_count"),
+    GapClaim("copy_closes_recall", "A free copy mechanism closes more of the gap on recall tokens than on the rest "
+             "(gap closed per token, final − with the window's bigrams mixed into both models, on recall tokens "
+             "− on first and other tokens, > 0)", "a trace that loses which token came when (what copying restores)",
+             RECALL, NOT_RECALL,
+             "both recall and other tokens in both models' copy-mix evaluation (runs stored before it have none)",
+             closed_by=COPY_MIX),
 )
 GAP_RULE = (
     "**The rule.** The gap of a class is SPEN's loss per token on it − the GPT's, formed within each seed (the GPT "
@@ -451,7 +489,8 @@ class GapSplit:
         return self.overall.gap.n
 
 
-def class_gaps(rows: Iterable[Mapping], partition: str = "class", variant: Variant | None = None) -> GapSplit | None:
+def class_gaps(rows: Iterable[Mapping], partition: str = "class", variant: Variant | None = None,
+               evaluation: str = "final") -> GapSplit | None:
     """Where the gap between a SPEN variant (default :func:`gap_variant`) and its GPT lives, per class of
     ``partition`` on the final evaluation: each model's loss per token, the gap, and the share of the whole
     gap each class carries, each formed within a seed (group_id, seed) and then across seeds.
@@ -460,11 +499,14 @@ def class_gaps(rows: Iterable[Mapping], partition: str = "class", variant: Varia
     sums add up to the whole loss.  A class with no tokens has no loss per token and no gap (None, left out
     of the spread) and carries a share of 0; a seed whose whole gap is exactly 0 has no shares.  None when
     no SPEN run of the variant has its GPT among the rows with this partition's classes.
+    ``evaluation`` COPY_MIX reads both models with the window's bigrams mixed in instead of the final
+    evaluation (the baselines stay empty there: they stand beside the final gap).
     """
     if partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
     names = PARTITIONS[partition]
-    f = _finals(rows)
+    rows = list(rows)
+    f = _finals(rows, evaluation)
     variant = variant if variant is not None else gap_variant(rows)
     pairs = _with_gpt(f, variant) if variant is not None else {}
     if not pairs:
@@ -507,7 +549,7 @@ def class_gaps(rows: Iterable[Mapping], partition: str = "class", variant: Varia
                         spread(p["gap"]), spread(p["share"]))
 
     return GapSplit(lm_variant_label("spen", *variant), partition, tuple(row(n) for n in names), row(ALL_TOKENS),
-                    _baselines(rows, f, variant, partition))
+                    _baselines(rows, f, variant, partition) if evaluation == "final" else {})
 
 
 def _baselines(rows: Iterable[Mapping], f: _Final, variant: Variant, partition: str) -> dict[str, dict]:
@@ -558,22 +600,32 @@ class GapVerdict:
                 f"t = {d.t:.2f} against {t_threshold(d.n):.2f}) — {self.word}.")
 
 
+def _gap(spen_sums: Sums, gpt_sums: Sums, partition: str, pool: tuple[str, ...]) -> float | None:
+    """SPEN's loss per token on a pool − the GPT's; None where either holds no token of it."""
+    s, g = _per_token(spen_sums, partition, pool), _per_token(gpt_sums, partition, pool)
+    return s - g if s is not None and g is not None else None
+
+
 def gap_verdicts(rows: Iterable[Mapping], variant: Variant | None = None) -> list[GapVerdict]:
     """Each of GAP_CLAIMS judged by the shared rule for a SPEN variant (default :func:`gap_variant`)
-    against its GPT, from the final evaluation's classes; empty when no SPEN run has its GPT here."""
+    against its GPT, from the final evaluation's classes (and, for a claim ``closed_by`` another
+    evaluation, that one's); empty when no SPEN run has its GPT here."""
+    rows = list(rows)
     f = _finals(rows)
     variant = variant if variant is not None else gap_variant(rows)
     pairs = _with_gpt(f, variant) if variant is not None else {}
     if not pairs:
         return []
+    closing = {name: _with_gpt(_finals(rows, name), variant) for name in {c.closed_by for c in GAP_CLAIMS} - {None}}
     out = []
     for c in GAP_CLAIMS:
         deltas = []
-        for spen_sums, gpt_sums in pairs.values():
-            gaps = []
-            for pool in (c.more, c.less):
-                s, g = _per_token(spen_sums, "class", pool), _per_token(gpt_sums, "class", pool)
-                gaps.append(s - g if s is not None and g is not None else None)
+        for key, (spen_sums, gpt_sums) in pairs.items():
+            gaps = [_gap(spen_sums, gpt_sums, c.partition, pool) for pool in (c.more, c.less)]
+            if c.closed_by is not None:
+                spen_mix, gpt_mix = closing[c.closed_by].get(key, ({}, {}))
+                after = [_gap(spen_mix, gpt_mix, c.partition, pool) for pool in (c.more, c.less)]
+                gaps = [g - a if g is not None and a is not None else None for g, a in zip(gaps, after)]
             if None not in gaps:
                 deltas.append(gaps[0] - gaps[1])
         d = spread(deltas)

@@ -22,7 +22,7 @@ from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_fram
                                       lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame,
                                       token_class_curves, variant_delta_frame)
 from ema_core.lm.data import CorpusConfig
-from ema_core.lm.ngram import BASELINES
+from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.trained import MODEL_ARTIFACT, held_out_passages
 from ema_core.palette import LM_VARIANTS
 from ema_core.rundir import RunDir, emalab_home
@@ -313,12 +313,15 @@ def _gap_table(frame: pd.DataFrame, split, what: str) -> tuple[pd.DataFrame, lis
     baselines = [b for b in BASELINES if b in table]
     for b in baselines:
         table[b] = [f"{v:.3f}" if math.isfinite(v) else "" for v in table[b]]
+    copy = ["copy_gap"] if "copy_gap" in table else []
     names = {"class": what, "token_share": "% of tokens", "spen": f"{split.variant} (nats/token)",
              "gpt": "GPT (nats/token)", **{b: f"{b} baseline (nats/token)" for b in baselines},
-             "gap": "gap: SPEN − GPT (nats/token)", "share": "share of the gap (%)", "n": "seeds"}
-    table = table[["class", "tokens", "token_share", "spen", "gpt", *baselines, "gap", "share", "n"]].rename(columns=names)
+             "gap": "gap: SPEN − GPT (nats/token)", "copy_gap": "gap, both with a free copy (nats/token)",
+             "share": "share of the gap (%)", "n": "seeds"}
+    table = table[["class", "tokens", "token_share", "spen", "gpt", *baselines, "gap", *copy, "share", "n"]
+                  ].rename(columns=names)
     table["tokens"] = table["tokens"].round().astype("int64")
-    st.table(unbroken(table, *(names[c] for c in ("spen", "gpt", "gap", "share"))), hide_index=True)
+    st.table(unbroken(table, *(names[c] for c in ("spen", "gpt", "gap", *copy, "share"))), hide_index=True)
     return table, baselines
 
 
@@ -333,6 +336,11 @@ def gap_section(picked: list[str], x_axis: str) -> list[dict]:
         "bucketed by how far back (1–16, 17–64, 65–256, 257+ tokens); *first* when the target has not occurred "
         "in the window yet; *other* the rest. **Frequency bands** rank token types by their count in the training "
         "split: *frequent* covers the first 50 % of training tokens, *middle* up to 90 %, *rare* the rest. "
+        "**Recall by training-bigram count** splits the recall tokens by how often their bigram occurs in the "
+        "training split (0, 1–9, 10 or more: zoology's second axis; a common bigram needs no memory of the "
+        "window). **Recall distance at matched positions** splits each distance bucket by the target's "
+        "position, so that far and near recall can be compared at the same positions (a recall 65–256 back "
+        "exists only past position 65, where every loss is lower). "
         f"**What to expect**: {GAP_PREDICTION} — an EMA trace keeps that a token occurred, not where, so copying "
         "it back is what attention can do and SPEN cannot."
     )
@@ -359,7 +367,7 @@ def gap_section(picked: list[str], x_axis: str) -> list[dict]:
         st.info(f"No SPEN run here has the GPT of its seed and settings among the runs picked, both split by "
                 f"{what}: the gap needs both.")
     else:
-        frame = class_gap_frame(split)
+        frame = class_gap_frame(split, class_gaps(records, partition, evaluation=COPY_MIX))
         table, baselines = _gap_table(frame, split, what)
         table_downloads(table, f"content_gap_{partition}", key="content_gap_dl",
                         caption=f"Where the gap lives, per {what}: {split.variant}'s loss per token minus the GPT's "
@@ -380,9 +388,13 @@ def gap_section(picked: list[str], x_axis: str) -> list[dict]:
                 "**Baselines with no network**, scored on the same windows (`ema_core/lm/ngram.py`): **bigram** — "
                 "the training text's bigram counts (interpolated absolute discounting); **cache** — that bigram "
                 "mixed with the pairs already seen in the window, the simplest model that copies (its weight "
-                "chosen on training text). A class a model loses to the bigram on is one it has not yet learned "
-                "even the training text's statistics of; what the cache gains over the bigram on recall tokens is "
-                "what copying is worth there.")
+                "chosen on training text); **kn_trigram** — an interpolated Kneser–Ney trigram of the training "
+                "text, local word order two tokens back and no memory of the window. A class a model loses to the "
+                "bigram on is one it has not yet learned even the training text's statistics of; what the cache "
+                "gains over the bigram on recall tokens is what copying is worth there; what the trigram already "
+                "gets on first and other tokens is local order. **gap, both with a free copy**: each trained model "
+                "mixed with the window's own bigrams as the cache mixes them (its weight chosen on the model's "
+                "losses on training text), SPEN − GPT again: the part of the gap that a copy mechanism closes.")
     chart_col, curve_col = st.columns([1, 1.35])
     if split is not None:
         with chart_col:

@@ -9,7 +9,8 @@ from typing import Iterable
 import pandas as pd
 
 from ema_core.config import nest
-from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.lm.ngram import BASELINES, COPY_MIX
+from ema_core.lm.token_classes import SPLITS
 
 from . import export
 from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
@@ -41,6 +42,12 @@ def _drop_patch(paths) -> str:
 
 
 _LM_DROP = _drop_patch((*LM_VARIANT_FIELDS, "data.doc_sep"))
+# The order the class rows come in: partitions as SPLITS lists them, each one's classes in their own order
+# (not the alphabet's), keyed "partition/class" since two partitions share the name "not_recall".
+_CLASS_ORDER = {"partitions": [s.partition for s in SPLITS],
+                "classes": [f"{s.partition}/{c}" for s in SPLITS for c in s.classes]}
+# Evaluations likewise: the curve's, the final, then each baseline's as a run writes them.
+_EVALUATION_ORDER = {"evaluations": ["periodic", "final", *BASELINES, COPY_MIX]}
 _LM_ORDER = ("list_position(['gpt', 'spen'], {p}model), list_position(['linear', 'linear_attention', "
              "'softmax_attention'], {p}predictor), list_position(['state', 'sequence', 'tokens'], {p}attn_input)")
 _LM_RUNS = f"""SELECT r.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
@@ -112,10 +119,10 @@ def lm_token_classes(run_ids: RunIds = None, evaluation: str | None = None, *,
             WHERE {RUN_FILTER.format(col='t.run_id')}
               AND ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
             ORDER BY {_LM_ORDER.format(p='')}, size, corpus, r.seed, t.run_id,
-                     list_position(['periodic', 'final'], t.evaluation) NULLS LAST, t.evaluation, t.step,
-                     list_position(['class', 'band'], t.partition) NULLS LAST, t.partition,
-                     list_position($classes::VARCHAR[], t.class) NULLS LAST, t.class""",
-        {"ids": id_list(run_ids), "evaluation": evaluation, "classes": [*CLASSES, *BANDS]}, home,
+                     list_position($evaluations::VARCHAR[], t.evaluation) NULLS LAST, t.evaluation, t.step,
+                     list_position($partitions::VARCHAR[], t.partition) NULLS LAST, t.partition,
+                     list_position($classes::VARCHAR[], t.partition || '/' || t.class) NULLS LAST, t.class""",
+        {"ids": id_list(run_ids), "evaluation": evaluation, **_CLASS_ORDER, **_EVALUATION_ORDER}, home,
     )
 
 
@@ -263,11 +270,11 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
         FROM per_run p JOIN lm_token_classes t USING (run_id) JOIN runs r USING (run_id)
         WHERE ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
         ORDER BY {_LM_ORDER.format(p='p.')}, p.seed, p.run_id,
-                 list_position(['periodic', 'final'], t.evaluation) NULLS LAST, t.evaluation, t.step,
-                 list_position(['class', 'band'], t.partition) NULLS LAST, t.partition,
-                 list_position($classes::VARCHAR[], t.class) NULLS LAST, t.class"""
+                 list_position($evaluations::VARCHAR[], t.evaluation) NULLS LAST, t.evaluation, t.step,
+                 list_position($partitions::VARCHAR[], t.partition) NULLS LAST, t.partition,
+                 list_position($classes::VARCHAR[], t.partition || '/' || t.class) NULLS LAST, t.class"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP, "evaluation": evaluation,
-                             "classes": [*CLASSES, *BANDS]}, home)
+                             **_CLASS_ORDER, **_EVALUATION_ORDER}, home)
 
 
 def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:
@@ -407,6 +414,6 @@ def lm_reeval_class_pairs(setting_id: str | None = None, run_ids: RunIds = None,
         FROM paired p JOIN lm_token_classes t ON t.run_id = p.run_id AND t.evaluation = 'reeval'
         WHERE ($setting::VARCHAR IS NULL OR p.setting_id = $setting)
         ORDER BY p.corpus, p.setting_id, {_LM_ORDER.format(p='p.')}, p.seed, p.run_id,
-                 list_position(['class', 'band'], t.partition) NULLS LAST, t.partition,
-                 list_position($classes::VARCHAR[], t.class) NULLS LAST, t.class"""
-    return query_frame(sql, _params(run_ids, setting=setting_id, classes=[*CLASSES, *BANDS]), home)
+                 list_position($partitions::VARCHAR[], t.partition) NULLS LAST, t.partition,
+                 list_position($classes::VARCHAR[], t.partition || '/' || t.class) NULLS LAST, t.class"""
+    return query_frame(sql, _params(run_ids, setting=setting_id, **_CLASS_ORDER), home)

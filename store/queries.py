@@ -385,13 +385,16 @@ def grouped(table: str, run_ids: RunIds = None, *, home: Path | None = None) -> 
     order = ["kind", *spec.labels, "config_id"]
     if not spec.ordered:
         return agg[out_cols].sort_values([*order, *spec.keys], kind="stable", ignore_index=True)
-    # Each key's values ranked by where they first come in the rows (factorize lists them in order of
-    # appearance, leaving out a missing value, which then ranks NaN and sorts last).
-    ranks = {}
-    for i, k in enumerate(spec.keys):
-        seen = pd.factorize(rows[k])[1]
-        ranks[f"_rank{i}"] = agg[k].map(dict(zip(seen, range(len(seen)))))
-    return agg.assign(**ranks).sort_values([*order, *ranks], kind="stable", ignore_index=True)[out_cols]
+    # Each group's keys ranked, as one tuple, by where they first come in the rows: a value two groups share
+    # (the class "not_recall" of two partitions) sits where each of its own rows came.  Missing values
+    # are matched as missing (a NaN equals no NaN otherwise) and rank where they come too.
+    def key_tuples(frame: pd.DataFrame) -> pd.Series:
+        return pd.Series(list(zip(*(frame[k].astype(object).where(frame[k].notna(), None) for k in spec.keys))),
+                         index=frame.index)
+
+    seen = pd.unique(key_tuples(rows))
+    rank = key_tuples(agg).map(dict(zip(seen, range(len(seen)))))
+    return agg.assign(_rank=rank).sort_values([*order, "_rank"], kind="stable", ignore_index=True)[out_cols]
 
 
 # Every kind of run logs metrics: the one run table that belongs to no study.

@@ -8,9 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from ema_core.content_findings import (ALL_TOKENS, FAR_RECALL, GAP_CLAIMS, NEAR_RECALL, NOT_RECALL, RECALL,
+from ema_core.content_findings import (ALL_TOKENS, COMMON_BIGRAM_RECALL, FAR_RECALL, FAR_RECALL_MATCHED, GAP_CLAIMS,
+                                      NEAR_RECALL, NEAR_RECALL_MATCHED, NOT_RECALL, RARE_BIGRAM_RECALL, RECALL,
                                       class_gaps, class_label, gap_variant, gap_verdicts, variant_class_deltas)
-from ema_core.lm.token_classes import BANDS, CLASSES, RECALL_EDGES
+from ema_core.lm.token_classes import BANDS, BIGRAM_COUNT_CLASSES, CLASSES, POSITION_CLASSES, RECALL_EDGES
 from ema_core.verdicts import VERDICT_K, VERDICT_WORDS, judge, spread
 
 # Tokens per class of one held-out text (the same on every seed): two recall classes empty, as in
@@ -58,11 +59,27 @@ def test_the_pre_registered_pools_are_the_token_classes():
     assert set(FAR_RECALL) | set(NEAR_RECALL) <= set(RECALL)
     assert RECALL_EDGES[0] == 16 and RECALL_EDGES[1] == 64  # 1–16 near, more than 64 far
     assert FAR_RECALL == tuple(CLASSES[2:4]) and NEAR_RECALL == (CLASSES[0],)
-    assert [c.key for c in GAP_CLAIMS] == ["concentrates", "grows_with_distance"]
-    assert (GAP_CLAIMS[0].more, GAP_CLAIMS[0].less) == (RECALL, NOT_RECALL)
-    assert (GAP_CLAIMS[1].more, GAP_CLAIMS[1].less) == (FAR_RECALL, NEAR_RECALL)
+    assert [c.key for c in GAP_CLAIMS] == ["concentrates", "grows_with_distance", "grows_with_distance_matched",
+                                           "rare_bigram", "copy_closes_recall"]
+    claims = {c.key: c for c in GAP_CLAIMS}
+    assert (claims["concentrates"].more, claims["concentrates"].less) == (RECALL, NOT_RECALL)
+    assert (claims["grows_with_distance"].more, claims["grows_with_distance"].less) == (FAR_RECALL, NEAR_RECALL)
+    matched = claims["grows_with_distance_matched"]
+    assert matched.partition == "recall_by_position" and set(matched.more) | set(matched.less) <= set(POSITION_CLASSES)
+    assert all(c.split("_at_")[0] in FAR_RECALL for c in FAR_RECALL_MATCHED)
+    assert NEAR_RECALL_MATCHED == ("recall_1_16_at_65_128", "recall_1_16_at_129_256", "recall_1_16_at_257_512",
+                                   "recall_1_16_at_513_plus")
+    rare = claims["rare_bigram"]
+    assert rare.partition == "recall_by_bigram_count"
+    assert set(RARE_BIGRAM_RECALL) | set(COMMON_BIGRAM_RECALL) == set(BIGRAM_COUNT_CLASSES) - {"not_recall"}
+    copy = claims["copy_closes_recall"]
+    assert (copy.more, copy.less, copy.closed_by) == (RECALL, NOT_RECALL, "copy_mix")
     assert [class_label(c) for c in CLASSES] == ["recall 1–16", "recall 17–64", "recall 65–256", "recall 257+",
                                                 "first", "other"]
+    assert class_label("recall_65_256_at_129_256") == "recall 65–256 at 129–256"
+    assert class_label("recall_bigram_10_plus") == "recall, bigram seen 10+× in training"
+    assert class_label("recall_bigram_0") == "recall, bigram seen 0× in training"
+    assert class_label("not_recall") == "not recall"
 
 
 # -- the gap and its shares ----------------------------------------------------------------------------------
@@ -120,7 +137,7 @@ def test_empty_classes_have_no_gap_and_no_share_and_do_not_crash():
     rows = _rows("gpt-0", "gpt", 0, GPT, tokens=empty) + _rows("lin-0", "spen", 0, GPT, gpt="gpt-0", tokens=empty)
     nothing = class_gaps(rows)
     assert nothing.overall.gap.n == 0 and math.isnan(nothing.classes[0].token_share)
-    assert [v.word for v in gap_verdicts(rows)] == ["not measured", "not measured"]
+    assert {v.word for v in gap_verdicts(rows)} == {"not measured"}
 
 
 def test_bands_are_a_partition_of_their_own():
@@ -196,8 +213,13 @@ def test_every_variant_against_spen_linear_within_settings_and_seed():
 
 # -- the verdicts ----------------------------------------------------------------------------------------
 
+def _verdict(rows, key):
+    return next(v for v in gap_verdicts(rows) if v.claim.key == key)
+
+
 def test_the_claims_are_judged_by_the_shared_rule_at_three_seeds():
-    concentrates, grows = gap_verdicts(_pairs())
+    v = {x.claim.key: x for x in gap_verdicts(_pairs())}
+    concentrates, grows = v["concentrates"], v["grows_with_distance"]
     deltas = [_pooled(_spen(s, SHIFT[s]), RECALL[:2]) - _pooled(GPT, RECALL[:2])
               - (_pooled(_spen(s, SHIFT[s]), NOT_RECALL) - _pooled(GPT, NOT_RECALL)) for s in range(3)]
     d = spread(deltas)
@@ -221,7 +243,7 @@ def test_far_recall_measured_and_the_gap_shrinking_with_distance_is_not_reproduc
         rows += _rows(f"gpt-{s}", "gpt", s, gpt, tokens=tokens)
         spen = {n: gpt[n] + gap[n] + (0.01 * s if n == "recall_1_16" else 0.0) for n in gpt}
         rows += _rows(f"lin-{s}", "spen", s, spen, gpt=f"gpt-{s}", tokens=tokens)
-    _, grows = gap_verdicts(rows)
+    grows = _verdict(rows, "grows_with_distance")
     far = (40 * 0.4 + 10 * 0.2) / 50
     expected = [far - (1.0 + 0.01 * s) for s in range(4)]
     assert grows.delta.n == 4 and grows.delta.mean == pytest.approx(sum(expected) / 4)
@@ -230,7 +252,7 @@ def test_far_recall_measured_and_the_gap_shrinking_with_distance_is_not_reproduc
 
 @pytest.mark.parametrize("seeds, word", [((0,), "not judged: 1 seed"), ((0, 1), "not judged: 2 seeds")])
 def test_fewer_than_three_seeds_are_not_judged(seeds, word):
-    concentrates, _ = gap_verdicts(_pairs(seeds=seeds))
+    concentrates = _verdict(_pairs(seeds=seeds), "concentrates")
     assert concentrates.verdict == "not_judged" and concentrates.word == word
     assert concentrates.delta.n == len(seeds) and concentrates.sentence.endswith(f"— {word}.")
     assert "Δ = " in concentrates.sentence
@@ -242,7 +264,7 @@ def test_a_gap_within_the_seeds_spread_is_inconclusive():
         rows += _rows(f"gpt-{s}", "gpt", s, GPT)
         gap = {**GAP, "recall_1_16": shift, "recall_17_64": 0.0}
         rows += _rows(f"lin-{s}", "spen", s, _spen(s, 0.0, gap), gpt=f"gpt-{s}")
-    concentrates, _ = gap_verdicts(rows)
+    concentrates = _verdict(rows, "concentrates")
     assert concentrates.verdict == "inconclusive" and concentrates.delta.n == 3
 
 
@@ -262,3 +284,54 @@ def test_the_n_gram_baselines_come_from_the_gpt_runs_rows_beside_the_gap():
             assert v == (pytest.approx(bigram[n]) if TOKENS[n] else None), n
     # the gap itself is untouched by the baseline rows
     assert [c.gap.mean for c in split.classes] == [c.gap.mean for c in class_gaps(_pairs()).classes]
+
+
+def test_the_matched_distance_and_rare_bigram_claims_read_their_own_partitions():
+    # At matched positions (≥ 65) the far gap is smaller than the near one, although unmatched it was larger:
+    # the claim reads the recall_by_position rows alone.
+    pos_tokens = {n: 0 for n in POSITION_CLASSES}
+    pos_tokens.update({"recall_1_16_at_65_128": 40, "recall_1_16_at_129_256": 60, "recall_65_256_at_65_128": 10,
+                       "recall_65_256_at_129_256": 30, "not_recall": 360})
+    big_tokens = {"recall_bigram_0": 20, "recall_bigram_1_9": 30, "recall_bigram_10_plus": 100, "not_recall": 350}
+    gpt_pos = {n: 3.0 for n in POSITION_CLASSES}
+    gpt_big = {n: 3.0 for n in BIGRAM_COUNT_CLASSES}
+    rows = []
+    for s in range(3):
+        spen_pos = {n: 3.0 + (0.5 + 0.01 * s if n.startswith("recall_1_16") else 0.2) for n in POSITION_CLASSES}
+        spen_big = {"recall_bigram_0": 4.0, "recall_bigram_1_9": 3.8 + 0.02 * s, "recall_bigram_10_plus": 3.1,
+                    "not_recall": 3.05}
+        rows += _rows(f"gpt-{s}", "gpt", s, GPT) + _rows(f"lin-{s}", "spen", s, _spen(s, SHIFT[s]), gpt=f"gpt-{s}")
+        for part, tokens, gpt, spen in (("recall_by_position", pos_tokens, gpt_pos, spen_pos),
+                                        ("recall_by_bigram_count", big_tokens, gpt_big, spen_big)):
+            rows += _rows(f"gpt-{s}", "gpt", s, gpt, partition=part, tokens=tokens)
+            rows += _rows(f"lin-{s}", "spen", s, spen, gpt=f"gpt-{s}", partition=part, tokens=tokens)
+    matched = _verdict(rows, "grows_with_distance_matched")
+    assert matched.delta.n == 3 and matched.delta.mean == pytest.approx(0.2 - (0.5 + 0.01))
+    assert matched.verdict == "not_reproduced" and "position ≥ 65" in matched.sentence
+    rare = _verdict(rows, "rare_bigram")
+    expected = [(20 * 1.0 + 30 * (0.8 + 0.02 * s)) / 50 - 0.1 for s in range(3)]
+    assert rare.delta.mean == pytest.approx(sum(expected) / 3) and rare.verdict == "reproduced"
+    # Runs stored before the partitions: not measured, and said why.
+    old = {v.claim.key: v for v in gap_verdicts(_pairs())}
+    assert old["rare_bigram"].verdict == old["grows_with_distance_matched"].verdict == "not_measured"
+    assert "runs stored before the split" in old["rare_bigram"].sentence
+
+
+def test_copy_closes_recall_is_the_gap_closed_by_each_models_copy_mix():
+    rows = _pairs()
+    assert _verdict(rows, "copy_closes_recall").verdict == "not_measured"  # no copy_mix rows yet
+    for s in range(3):
+        # With the copy mixed in, both models gain on recall 1–16; SPEN gains 0.6 more there, 0.05 more on first.
+        gpt_mix = {n: (v - 0.5 if n.startswith("recall") else v) if v is not None else None for n, v in GPT.items()}
+        spen = _spen(s, SHIFT[s])
+        spen_mix = {n: (v - 1.1 - 0.01 * s if n.startswith("recall") else v - (0.05 if n == "first" else 0.0))
+                    if v is not None else None for n, v in spen.items()}
+        rows += _rows(f"gpt-{s}", "gpt", s, gpt_mix, evaluation="copy_mix")
+        rows += _rows(f"lin-{s}", "spen", s, spen_mix, gpt=f"gpt-{s}", evaluation="copy_mix")
+    v = _verdict(rows, "copy_closes_recall")
+    closed_rest = 200 * 0.05 / 350  # only first (200 of the 350 first-or-other tokens) closes 0.05
+    expected = [(0.6 + 0.01 * s) - closed_rest for s in range(3)]
+    assert v.delta.n == 3 and v.delta.mean == pytest.approx(sum(expected) / 3)
+    assert v.verdict == "reproduced"
+    # the copy rows never enter the final gap
+    assert class_gaps(rows).classes[0].gap.mean == pytest.approx(class_gaps(_pairs()).classes[0].gap.mean)

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from apptest import ok, open_page
 
-from ema_core.content_findings import (NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
+from ema_core.content_findings import (GAP_CLAIMS, NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
                                       headline_verdict, lm_variant_label, ratio_text, verdict_number)
 from ema_core.lm.token_classes import BANDS, CLASSES
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
@@ -457,8 +457,9 @@ def test_every_predictor_against_spen_linear_per_class(runs):
 def test_the_gap_verdict_is_the_shared_rule_on_the_pre_registered_pools(runs):
     at = _page()
     shown = _table(at, "the paper predicts")
-    assert list(shown["the paper predicts"]) == ["the gap concentrates on recall tokens",
-                                                 "and grows with their distance"]
+    assert list(shown["the paper predicts"]) == [c.paper for c in GAP_CLAIMS]
+    assert list(shown["the paper predicts"])[:2] == ["the gap concentrates on recall tokens",
+                                                     "and grows with their distance"]
     rows = _final_classes(runs, "class")
     spen, gpt = rows["linear"], rows["gpt"]
 
@@ -477,6 +478,9 @@ def test_the_gap_verdict_is_the_shared_rule_on_the_pre_registered_pools(runs):
     # 32-token windows: no recall token more than 64 back, so the second claim cannot be formed.
     assert spen.xs("recall_65_256", level="class")["tokens"].sum() == 0
     assert grows["verdict"] == "not measured" and grows["seeds"] == 0 and grows["Δ (nats/token)"] == ""
+    # The claims that read the newer partitions and the copy mix are measured on these runs too.
+    for later in shown.iloc[3:].itertuples():
+        assert later.seeds == N, later
     lines = _lines(at)
     assert any(b.startswith("- The gap concentrates on recall tokens") and verdict_number(d.mean) in b
                and b.endswith(f"— {concentrates['verdict']}.") for b in lines)
@@ -599,7 +603,8 @@ def test_one_seed_and_no_pick(runs):
     table = _table(at, "perplexity ÷ GPT")
     assert (table["seeds"] == 1).all() and not table["perplexity"].str.contains("±").any()
     gap = _table(at, "the paper predicts")
-    assert gap["verdict"].tolist() == ["not judged: 1 seed", "not measured"]
+    assert gap["verdict"].tolist() == ["not judged: 1 seed", "not measured", "not measured", "not judged: 1 seed",
+                                       "not judged: 1 seed"]
     assert any(line.startswith("- The gap concentrates") and line.endswith("— not judged: 1 seed.")
                for line in _lines(at))
     at.multiselect(key="content_runs").set_value([])

@@ -10,7 +10,8 @@ import torch
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.lm.rates import AUTO_LR, resolve_lr
 from ema_core.lm.sizes import ModelChoice, build_model
-from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.lm.ngram import BASELINES, COPY_MIX
+from ema_core.lm.token_classes import BANDS, CLASSES, SPLITS
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
 
 V = 64
@@ -165,22 +166,24 @@ def test_lm_experiment_on_austen(tmp_path, monkeypatch):
                                             "bpb": s["val_bpb"]}]
     # The final loss split by token class and band, as nats per token: weighted by tokens, the classes
     # give back the loss itself; the split of every evaluation is a result table (tests/test_token_classes_store.py).
-    for key, names in (("token_classes", CLASSES), ("token_bands", BANDS)):
-        parts = s[key]
-        assert list(parts) == list(names)
+    for split in SPLITS:  # every partition adds up to val_loss
+        parts = s[split.key]
+        assert list(parts) == list(split.classes)
         assert sum(p["tokens"] for p in parts.values()) == s["val_tokens"]
         total = sum(p["tokens"] * p["loss"] for p in parts.values() if p["tokens"])
         assert total / s["val_tokens"] == pytest.approx(s["val_loss"], abs=1e-6)
         assert all((p["loss"] is None) == (p["tokens"] == 0) for p in parts.values())
     rows = result["tables"]["lm_token_classes"]
-    assert {r["evaluation"] for r in rows} == {"periodic", "final", "bigram", "cache"}
-    # the n-gram baselines score the final evaluation's very tokens, by the same classes
-    for name in ("bigram", "cache"):
-        for partition in ("class", "band"):
-            assert ({(r["class"], r["tokens"]) for r in rows if (r["evaluation"], r["partition"]) == (name, partition)}
-                    == {(r["class"], r["tokens"]) for r in rows if (r["evaluation"], r["partition"]) == ("final", partition)})
+    assert {r["evaluation"] for r in rows} == {"periodic", "final", *BASELINES, COPY_MIX}
+    # the baselines and the copy mix score the final evaluation's very tokens, by the same classes
+    for name in (*BASELINES, COPY_MIX):
+        for split in SPLITS:
+            mine = {(r["class"], r["tokens"]) for r in rows if (r["evaluation"], r["partition"]) == (name, split.partition)}
+            assert mine == {(r["class"], r["tokens"]) for r in rows
+                            if (r["evaluation"], r["partition"]) == ("final", split.partition)}
         assert s["baselines"][name]["val_loss"] > 0
     assert s["baselines"]["bigram"]["cache_weight"] is None and 0 < s["baselines"]["cache"]["cache_weight"] < 1
+    assert s["baselines"]["kn_trigram"]["cache_weight"] is None and 0 < s["baselines"][COPY_MIX]["cache_weight"] < 1
     assert b'"model"' in rep.artifacts["tokenizer.json"]  # the tokenizer travels with the run
     assert (s["lr"], s["lr_auto"]) == (3e-3, False)  # the tiny preset's own number
 

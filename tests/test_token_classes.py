@@ -9,8 +9,9 @@ import torch
 
 from ema_core.lm import token_classes as tc
 from ema_core.lm.sizes import ModelChoice, build_model
-from ema_core.lm.token_classes import (BANDS, CLASSES, RECALL_EDGES, class_sums, classify, classify_reference,
-                                       frequency_bands)
+from ema_core.lm.token_classes import (BANDS, BIGRAM_COUNT_CLASSES, CLASSES, POSITION_CLASSES, RECALL_EDGES, SPLITS,
+                                       TrainCounts, class_sums, classify, classify_reference, frequency_bands,
+                                       partition_codes, partition_reference, position_classes)
 from ema_core.lm.train import Streams, evaluate
 
 # The lm tests' small model and their one-thread fixture (autouse: imported, it applies here too).
@@ -165,10 +166,10 @@ def test_evaluate_with_classes_keeps_the_loss_and_adds_up_to_it():
     plain = evaluate(model, s, 32)
     split = evaluate(model, s, 32, token_classes=True)
     assert set(plain) == {"loss", "ppl", "bpb", "tokens", "bytes"}
-    assert set(split) == set(plain) | {"token_classes", "token_bands"}
+    assert set(split) == set(plain) | {s.key for s in SPLITS}
     assert split["loss"] == pytest.approx(plain["loss"], rel=1e-9)
     assert {k: split[k] for k in plain} == pytest.approx(plain, rel=1e-9)
-    for key in ("token_classes", "token_bands"):
+    for key in (s.key for s in SPLITS):
         parts = split[key].values()
         assert sum(p["tokens"] for p in parts) == split["tokens"]
         assert sum(p["loss"] for p in parts) / split["tokens"] == pytest.approx(split["loss"], rel=1e-6)
@@ -176,7 +177,58 @@ def test_evaluate_with_classes_keeps_the_loss_and_adds_up_to_it():
 
 def test_evaluate_without_training_tokens_has_no_bands():
     ev = evaluate(_Unigram(), _streams(train=False), 32, max_tokens=64, token_classes=True)
-    assert "token_bands" not in ev
+    assert "token_bands" not in ev and "recall_by_bigram_count" not in ev
+    assert sum(p["tokens"] for p in ev["recall_by_position"].values()) == 64
     assert sum(p["tokens"] for p in ev["token_classes"].values()) == ev["tokens"] == 64
     assert sum(p["loss"] for p in ev["token_classes"].values()) / 64 == pytest.approx(ev["loss"], rel=1e-6)
     assert math.isfinite(ev["loss"])
+
+
+def test_the_recall_partitions_name_their_buckets():
+    assert BIGRAM_COUNT_CLASSES == ("recall_bigram_0", "recall_bigram_1_9", "recall_bigram_10_plus", "not_recall")
+    # a bucket appears only in the position bins that can hold it: d back needs position ≥ d + 1
+    assert "recall_17_64_at_1_16" not in POSITION_CLASSES and "recall_17_64_at_17_64" in POSITION_CLASSES
+    assert "recall_257_plus_at_129_256" not in POSITION_CLASSES and POSITION_CLASSES[-1] == "not_recall"
+    assert position_classes(("recall_1_16",), 65) == ("recall_1_16_at_65_128", "recall_1_16_at_129_256",
+                                                      "recall_1_16_at_257_512", "recall_1_16_at_513_plus")
+    with pytest.raises(ValueError, match="starts no position bin"):
+        position_classes(("recall_1_16",), 66)
+    assert [s.key for s in SPLITS][:2] == ["token_classes", "token_bands"]
+
+
+def test_hand_made_window_in_every_partition():
+    train = [3, 4] * 12 + [5, 6]  # (3, 4) twelve times, (5, 6) once, (7, 8) never
+    window = [3, 4, 9, 5, 6, 9, 3, 4, 5, 6, 9, 7, 8, 9, 7, 8]
+    ref = partition_reference(window, train)
+    assert [ref["token_classes"][j] for j in (6, 8, 14)] == ["recall_1_16"] * 3  # 6, 5 and 3 back
+    assert ref["recall_by_bigram_count"][6] == "recall_bigram_10_plus"
+    assert ref["recall_by_bigram_count"][8] == "recall_bigram_1_9"
+    assert ref["recall_by_bigram_count"][14] == "recall_bigram_0"
+    assert ref["token_classes"][5] == "other" and ref["recall_by_bigram_count"][5] == "not_recall"
+    assert ref["recall_by_position"][14] == "recall_1_16_at_1_16" and ref["recall_by_position"][5] == "not_recall"
+    codes = partition_codes(np.array([window]), TrainCounts.of(train, 10))
+    for s in SPLITS:
+        assert [s.classes[c] for c in codes[s.key][0]] == ref[s.key]
+
+
+@pytest.mark.parametrize("vocab,T", [(3, 40), (8, 700), (40, 300)])
+def test_partitions_match_the_loops_on_random_windows(vocab, T):
+    rng = np.random.default_rng(vocab * T)
+    train = rng.integers(0, vocab, 3_000) if vocab < 40 else np.minimum(rng.zipf(1.3, 3_000) - 1, vocab - 1)
+    windows = rng.integers(0, vocab, (3, T + 1))
+    codes = partition_codes(windows, TrainCounts.of(train, vocab))
+    for b in range(3):
+        ref = partition_reference(windows[b], train)
+        for s in SPLITS:
+            assert [s.classes[c] for c in codes[s.key][b]] == ref[s.key], s.key
+    without = partition_codes(windows)
+    assert set(without) == {s.key for s in SPLITS if not s.needs_train}
+
+
+def test_every_recall_partition_class_is_reached():
+    rng = np.random.default_rng(3)
+    train = np.concatenate([np.tile([0, 1], 20), rng.integers(0, 4, 200)])
+    windows = rng.integers(0, 6, (8, 1200))
+    codes = partition_codes(windows, TrainCounts.of(train, 6))
+    for key, names in (("recall_by_bigram_count", BIGRAM_COUNT_CLASSES), ("recall_by_position", POSITION_CLASSES)):
+        assert set(np.unique(codes[key])) == set(range(len(names))), key

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.lm.token_classes import BANDS, CLASSES
+from ema_core.lm.token_classes import SPLITS
 from ema_core.lm.train import CLASS_SPLITS
 from ema_core.rundir import RunDir, run_id_for
 from jobs import cli
@@ -28,8 +28,10 @@ KIND = "lm"
 TABLE = "lm_token_classes"
 SEEDS = (0, 1)
 # TINY evaluates every 2 of its 6 steps, then once more at the end on more tokens.
-EVALUATIONS = [("periodic", 2), ("periodic", 4), ("periodic", 6), ("final", 6), ("bigram", 6), ("cache", 6)]
-PARTITIONS = (("class", CLASSES), ("band", BANDS))
+EVALUATIONS = [("periodic", 2), ("periodic", 4), ("periodic", 6), ("final", 6), ("bigram", 6), ("cache", 6),
+               ("kn_trigram", 6), ("copy_mix", 6)]
+PARTITIONS = tuple((s.partition, s.classes) for s in SPLITS)
+ALL_CLASSES = [c for _, names in PARTITIONS for c in names]  # every partition's, in order (not_recall twice)
 COLUMNS = ["run_id", "seed", *LM_LABELS, "evaluation", "step", "partition", "class", "tokens", "loss",
            "loss_per_token"]
 
@@ -57,7 +59,8 @@ def test_a_real_run_splits_every_evaluation_and_its_summary_adds_up_to_the_loss(
         result = RunDir.for_id(run_id).read_result()
         s, rows = result["summary"], result["tables"][TABLE]
         # The summary: the final evaluation's split as nats per token, giving back val_loss weighted by tokens.
-        for key, names in zip(CLASS_SPLITS, (CLASSES, BANDS)):
+        assert CLASS_SPLITS == tuple(s.key for s in SPLITS)
+        for key, names in ((s.key, s.classes) for s in SPLITS):
             parts = s[key]
             assert set(parts) == set(names)
             assert sum(p["tokens"] for p in parts.values()) == s["val_tokens"] == TINY["final_eval_tokens"]
@@ -69,7 +72,7 @@ def test_a_real_run_splits_every_evaluation_and_its_summary_adds_up_to_the_loss(
 
         # The result table: every class and every band at every evaluation, the final one marked.
         assert sorted({(r["evaluation"], r["step"]) for r in rows}, key=EVALUATIONS.index) == EVALUATIONS
-        assert len(rows) == len(EVALUATIONS) * (len(CLASSES) + len(BANDS))
+        assert len(rows) == len(EVALUATIONS) * (len(ALL_CLASSES))
         logged = metric_series(run_id, "val/loss").set_index("step")["value"]
         for evaluation, step in EVALUATIONS:
             for partition, names in PARTITIONS:
@@ -108,7 +111,7 @@ def test_ingested_into_a_duckdb_file_the_rows_come_back_labelled(runs):
         per_token = [r["loss"] / r["tokens"] if r["tokens"] else None for r in result["tables"][TABLE]]
         assert [None if math.isnan(v) else v for v in mine["loss_per_token"]] == pytest.approx(per_token)
     final = lm_token_classes(runs, evaluation="final")
-    assert len(final) == len(runs) * (len(CLASSES) + len(BANDS)) and set(final["step"]) == {TINY["steps"]}
+    assert len(final) == len(runs) * (len(ALL_CLASSES)) and set(final["step"]) == {TINY["steps"]}
 
 
 def test_the_pairs_query_holds_the_same_rows_with_settings_and_training_tokens(runs):
@@ -124,25 +127,25 @@ def test_the_pairs_query_holds_the_same_rows_with_settings_and_training_tokens(r
     per_step = info.loc[pairs["run_id"], "tokens_per_step"].to_numpy()
     assert (pairs["tokens_seen"] == pairs["step"] * per_step).all() and per_step[0] == TINY["batch"] * TINY["seq_len"]
     final = lm_token_class_pairs(runs, "final")
-    assert set(final["evaluation"]) == {"final"} and len(final) == len(runs) * (len(CLASSES) + len(BANDS))
+    assert set(final["evaluation"]) == {"final"} and len(final) == len(runs) * (len(ALL_CLASSES))
 
 
 def test_the_export_names_the_classes_in_every_format_and_groups_over_seeds(runs):
     csv = pd.read_csv(io.StringIO(render_table(TABLE, "csv")))
     assert list(csv.columns) == COLUMNS
-    assert set(csv["class"]) == {*CLASSES, *BANDS} and set(csv["evaluation"]) == {e for e, _ in EVALUATIONS}
+    assert set(csv["class"]) == set(ALL_CLASSES) and set(csv["evaluation"]) == {e for e, _ in EVALUATIONS}
     md = render_table(TABLE, "markdown")
-    assert all(f"| {name} |" in md for name in (*CLASSES, *BANDS))
+    assert all(f"| {name} |" in md for name in ALL_CLASSES)
     tex = render_table(TABLE, "latex")
     assert r"\label{tab:lm_token_classes}" in tex and r"\caption{" in tex
-    assert all(name.replace("_", r"\_") in tex for name in (*CLASSES, *BANDS))
+    assert all(name.replace("_", r"\_") in tex for name in ALL_CLASSES)
 
     # Grouped: one row per (evaluation, step, partition, class), mean ± std over the two seeds, in the
     # classes' own order.
     g = pd.read_csv(io.StringIO(render_table(TABLE, "csv", grouped=True)))
-    assert len(g) == len(EVALUATIONS) * (len(CLASSES) + len(BANDS))
+    assert len(g) == len(EVALUATIONS) * (len(ALL_CLASSES))
     assert (g["n"] == len(SEEDS)).all() and set(g["seeds"]) == {"0,1"}
-    assert g["class"].tolist()[: len(CLASSES) + len(BANDS)] == [*CLASSES, *BANDS]
+    assert g["class"].tolist()[: len(ALL_CLASSES)] == ALL_CLASSES
     # Every seed reads the same held-out text: a class's tokens are a column of the group, not averaged.
     assert "tokens_mean" not in g and g["tokens"].tolist() == csv[csv["seed"] == 0]["tokens"].tolist()
     first = csv[(csv["evaluation"] == "final") & (csv["class"] == "first")]

@@ -29,17 +29,18 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ema_core.config import seed_field
 from ema_core.lm.data import LMDataConfig, prepare
-from ema_core.lm.ngram import baseline_evaluations
+from ema_core.lm.ngram import COPY_MIX, DEV_FRACTION, baseline_evaluations, copy_mix_evaluation
 from ema_core.lm.rates import AUTO, resolve_lr
 from ema_core.lm.sizes import ModelChoice, build_model
 from ema_core.lm.tokenizer import tokenizer_json
 from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, weights_bytes
-from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, init_distributed, train_lm
+from ema_core.lm.token_classes import SPLITS
+from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, evaluate, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
 
 KIND = "lm"
 # What the ``partition`` column of ``lm_token_classes`` calls each of train.CLASS_SPLITS.
-PARTITIONS = dict(zip(CLASS_SPLITS, ("class", "band")))
+PARTITIONS = {s.key: s.partition for s in SPLITS}
 
 
 class LMConfig(ModelChoice):
@@ -170,6 +171,9 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     # is with no network, beside the models' (ema_core.lm.ngram; a fraction of a second at tiny).
     baselines = (baseline_evaluations(streams.train, streams.val, cfg.train.seq_len, cfg.train.final_eval_tokens,
                                       vocab=tok.get_vocab_size()) if final else {})
+    if final:
+        reporter.progress(1.0, "mixing a copy of the window into the model's predictions")
+        baselines[COPY_MIX] = _copy_mix(model, streams, final, cfg.train, device)
     summary = {
         "model": cfg.model,
         "predictor": cfg.predictor if cfg.model == "spen" else None,
@@ -201,6 +205,18 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     return {"summary": summary, "tables": {"lm_eval": rows, "lm_token_classes": classes}}
 
 
+def _copy_mix(model, streams: Streams, final: dict, train: TrainConfig, device) -> dict:
+    """The trained model with the window's bigrams mixed in, on the final evaluation's windows; its λ chosen
+    on the model's losses over windows from the end of the training text (at most the final evaluation's
+    length: one more evaluation pass).  The model trained on that text, so its λ leans small; the held-out
+    text never chooses it (docs/decisions.md)."""
+    held = max(train.seq_len + 1, min(int(DEV_FRACTION * len(streams.train)), train.final_eval_tokens + 1))
+    dev = Streams(train=streams.train, val=streams.train[-held:], val_bytes=streams.val_bytes)
+    ev = evaluate(model, dev, train.seq_len, train.final_eval_tokens, device=device, keep_losses=True)
+    return copy_mix_evaluation(ev["token_losses"], ev["windows"], final["token_losses"], final["windows"],
+                               streams.counts)
+
+
 def _per_token(sums: dict | None) -> dict | None:
     """``{name: {"tokens", "loss"}}`` with each loss summed in nats, as nats per token (None for a class
     with no tokens, rather than 0/0); None when the evaluation had no split (a rank other than 0)."""
@@ -212,7 +228,8 @@ def _per_token(sums: dict | None) -> dict | None:
 
 def _token_class_rows(curve: list[dict], final: dict, last_step: int, baselines: dict | None = None) -> list[dict]:
     """The ``lm_token_classes`` rows of every evaluation that has the split, the curve's, the final, then
-    each n-gram baseline's on the final evaluation's windows (``evaluation`` its name: "bigram", "cache").
+    each baseline's on the final evaluation's windows (``evaluation`` its name: "bigram", "cache",
+    "kn_trigram", "copy_mix").
 
     The final evaluation is not a curve entry even at the last step (it reads another number of
     tokens), so ``evaluation`` tells the two apart; a curve entry from an older checkpoint has no split

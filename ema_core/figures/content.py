@@ -132,15 +132,17 @@ def token_class_curves(rows: pd.DataFrame, name: str) -> pd.DataFrame:
         drop=True)
 
 
-def class_gap_frame(split: GapSplit) -> pd.DataFrame:
+def class_gap_frame(split: GapSplit, copied: GapSplit | None = None) -> pd.DataFrame:
     """The rows of :func:`class_gap_chart` and the page's table from :func:`ema_core.content_findings.class_gaps`:
     one per class of the partition, then ALL_TOKENS (every class pooled).
 
     Columns: class (its label), name (the store's), tokens, token_share (of the partition's tokens), spen,
     gpt, gap (nats/token) and share (of the whole gap, a fraction) each as ``<v>_mean`` and ``<v>_std``
     across seeds, n (seeds with a gap there), then one column per n-gram baseline the runs hold (its loss
-    per token on the same windows; NaN for a class with no tokens).
+    per token on the same windows; NaN for a class with no tokens), then, with ``copied`` (the same split of
+    the copy-mix evaluation), ``copy_gap_mean`` and ``copy_gap_std``: the gap once both models copy.
     """
+    after = {c.name: c.gap for c in (*copied.classes, copied.overall)} if copied is not None else {}
     rows = []
     for c in (*split.classes, split.overall):
         row = {"class": c.label, "name": c.name, "tokens": c.tokens, "token_share": c.token_share}
@@ -151,6 +153,9 @@ def class_gap_frame(split: GapSplit) -> pd.DataFrame:
         for name, losses in split.baselines.items():
             v = losses.get(c.name)
             row[name] = math.nan if v is None else v
+        if copied is not None:
+            gap = after.get(c.name)
+            row["copy_gap_mean"], row["copy_gap_std"] = (gap.mean, gap.std) if gap is not None else (math.nan,) * 2
         rows.append(row)
     return pd.DataFrame(rows)
 

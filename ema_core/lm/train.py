@@ -27,6 +27,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated, Callable, Literal
 
 import numpy as np
@@ -35,14 +36,14 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ema_core.lm.rates import Auto
-from ema_core.lm.token_classes import BANDS, class_sums, classify, frequency_bands
+from ema_core.lm.token_classes import SPLITS, TrainCounts, partition_codes, partition_sums
 from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
 from ema_core.schedule import SCHEDULES, warmup_cosine, warmup_stable_decay, wsd_decay
 
 CHECKPOINT_FORMAT = 1
 # The loss splits every evaluation of a run reports (:func:`evaluate`'s ``token_classes``): a curve
 # entry of a checkpoint written before them lacks these keys, and still resumes.
-CLASS_SPLITS = ("token_classes", "token_bands")
+CLASS_SPLITS = tuple(s.key for s in SPLITS)
 
 
 class TrainConfig(BaseModel):
@@ -94,6 +95,16 @@ class Streams:
     val: np.ndarray  # (M,) ints
     val_bytes: Callable[[np.ndarray], int]  # UTF-8 bytes of the text these val tokens spell
 
+    @cached_property
+    def counts(self) -> TrainCounts | None:
+        """The training split's bands and bigram counts, counted once per stream (every evaluation reads
+        them); None without training text."""
+        train = np.asarray(self.train if self.train is not None else [], dtype=np.int64)
+        if not train.size:
+            return None
+        # Any vocabulary that holds every id gives the same classes (unseen types rank last, as rare).
+        return TrainCounts.of(train, int(max(train.max(), np.max(self.val))) + 1)
+
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for optimiser step ``step`` (0-based): linear warm-up, then ``cfg.schedule``'s decay to
@@ -134,14 +145,17 @@ def autocast(device: torch.device):
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens: int = 0, batch: int = 16,
-             device: torch.device | str = "cpu", *, token_classes: bool = False) -> dict[str, float | dict]:
+             device: torch.device | str = "cpu", *, token_classes: bool = False,
+             keep_losses: bool = False) -> dict[str, float | dict]:
     """Mean loss (nats per token), perplexity and bits per byte over the first ``max_tokens`` held-out tokens (0: all).
 
-    ``token_classes`` adds the loss split by token (:mod:`ema_core.lm.token_classes`): ``token_classes``
-    (associative recall by distance, first sight, other; from each window's own tokens) and, when
-    ``streams.train`` holds tokens, ``token_bands`` (frequent, middle, rare in training).  Each maps a
-    class to ``{"tokens", "loss"}``, the loss summed in nats, so the classes' losses add up to
-    ``loss · tokens``; ``loss`` itself is the same number as without the split.
+    ``token_classes`` adds the loss split by token under every partition of
+    :data:`ema_core.lm.token_classes.SPLITS`, each under its key (``token_classes``: associative recall by
+    distance, first sight, other; ``recall_by_position``; and, when ``streams.train`` holds tokens,
+    ``token_bands`` and ``recall_by_bigram_count``).  Each maps a class to ``{"tokens", "loss"}``, the loss
+    summed in nats, so a partition's losses add up to ``loss · tokens``; ``loss`` itself is the same number
+    as without the split.  ``keep_losses`` also returns the scored ``windows`` (n, seq_len + 1) and each
+    target's loss, ``token_losses`` (n, seq_len), for what mixes something into the model's predictions.
     """
     device = torch.device(device)
     val = torch.as_tensor(np.asarray(streams.val, dtype=np.int64))
@@ -150,27 +164,28 @@ def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens:
         n_windows = min(n_windows, max(1, max_tokens // seq_len))
     if n_windows < 1:
         raise ValueError(f"the held-out stream ({val.numel()} tokens) is shorter than seq_len + 1 ({seq_len + 1})")
+    per_target = token_classes or keep_losses
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    per_token, classes = [], []
+    per_token, windows = [], []
     try:
         for w0 in range(0, n_windows, batch):
             w = torch.arange(w0, min(n_windows, w0 + batch))
             idx = w[:, None] * seq_len + torch.arange(seq_len + 1)  # (b, T + 1)
             chunk = val[idx]
-            if token_classes:
-                classes.append(classify(chunk.numpy()).ravel())
+            if per_target:
+                windows.append(chunk.numpy())
             chunk = chunk.to(device)
             with autocast(device):
                 logits = model(chunk[:, :-1])  # (b, T, V)
             logits, y = logits.float().flatten(0, 1), chunk[:, 1:].flatten()
-            if token_classes:
+            if per_target:
                 # cross_entropy is log_softmax then nll_loss: the same two ops give the same sum as
                 # without the split, and the per-token losses from one log_softmax.
                 logp = F.log_softmax(logits, dim=-1)
                 loss = F.nll_loss(logp, y, reduction="sum")
-                per_token.append(F.nll_loss(logp, y, reduction="none").cpu().numpy())
+                per_token.append(F.nll_loss(logp, y, reduction="none").cpu().numpy().reshape(len(w), seq_len))
             else:
                 loss = F.cross_entropy(logits, y, reduction="sum")
             total += float(loss)
@@ -182,19 +197,12 @@ def evaluate(model: torch.nn.Module, streams: Streams, seq_len: int, max_tokens:
     loss = total / count
     out = {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "bpb": loss * count / (max(n_bytes, 1) * math.log(2)),
            "tokens": count, "bytes": n_bytes}
-    if token_classes:
-        out.update(_token_class_sums(streams, targets, np.concatenate(per_token), np.concatenate(classes)))
-    return out
-
-
-def _token_class_sums(streams: Streams, targets: np.ndarray, losses: np.ndarray, classes: np.ndarray) -> dict:
-    """:func:`evaluate`'s loss split: per token class and, when there is training text, per frequency band."""
-    out = {"token_classes": class_sums(losses, classes)}
-    train = getattr(streams, "train", None)
-    if train is not None and len(train):
-        # Any vocabulary that holds every id gives the same bands (unseen types rank last, as rare).
-        vocab = int(max(np.max(train), np.max(targets))) + 1
-        out["token_bands"] = class_sums(losses, frequency_bands(train, vocab)[targets], BANDS)
+    if per_target:
+        scored, losses = np.concatenate(windows), np.concatenate(per_token)
+        if token_classes:
+            out.update(partition_sums(losses, partition_codes(scored, streams.counts)))
+        if keep_losses:
+            out.update(windows=scored, token_losses=losses)
     return out
 
 
@@ -246,8 +254,10 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
             _checkpoint(reporter, main, done, model, opt, curve, tokens_done, train_seconds, extra_state)
     if world > 1:
         _check_ranks_agree(model)
-    final = (evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device, token_classes=True)
-             if main else {})
+    # The final evaluation keeps each target's loss (``windows``, ``token_losses``): what mixes a copy
+    # mechanism into the model's predictions reads them (ema_core.lm.ngram.copy_mix_evaluation).
+    final = (evaluate(model, streams, cfg.seq_len, cfg.final_eval_tokens, device=device, token_classes=True,
+                      keep_losses=True) if main else {})
     return {"final": final, "curve": curve, "tokens": tokens_done, "train_seconds": train_seconds,
             "tokens_per_s": tokens_done / train_seconds if train_seconds > 0 else float("nan")}
 
