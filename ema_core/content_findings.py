@@ -371,7 +371,7 @@ def _evaluations(rows: Iterable[Mapping], evaluation: str) -> _Evaluations:
         run.setdefault(r["run_id"], {"model": r.get("model"), "predictor": r.get("predictor"),
                                      "attn_input": r.get("attn_input"), "group_id": r.get("group_id"),
                                      "seed": int(r["seed"]), "gpt_run_id": gpt if isinstance(gpt, str) else None,
-                                     "peak": _peak(r)})
+                                     "peak": _peak(r), "train_tokens": _number(r.get("train_tokens"))})
         step = _number(r.get("step"))
         step = int(step) if step is not None else -1
         s = sums.setdefault(r["run_id"], {}).setdefault(step, {}).setdefault(
@@ -708,6 +708,12 @@ class GrowthPoint:
     delta: float    # nats/token; the perplexity ratio is exp(delta)
     phase: str      # a PHASES entry: only the plateau's points are fitted
     group: Hashable = None  # the settings' group_id: a seed is (group, seed), as everywhere in the study
+    passes: float | None = None  # tokens ÷ the training split's size (None: a run stored before it was kept)
+
+    @property
+    def first_pass(self) -> bool:
+        """Every training token seen at most once by then (False where the split's size is not known)."""
+        return self.passes is not None and self.passes <= 1.0
 
     @property
     def ratio(self) -> float:
@@ -738,15 +744,26 @@ class GapGrowth:
     seed_lines: tuple[tuple[float, float], ...]
     level: float = GROWTH_LEVEL
     paper: float = PAPER_RATIO          # the paper's SPEN ÷ GPT-2 perplexity, beside the prediction
+    first_pass: bool = False            # fitted on first-pass points only (GrowthPoint.first_pass)
+    passes_to: float | None = None      # passes over the training split at the last point fitted
+
+    @property
+    def extrapolated(self) -> bool:
+        """Whether ``at`` lies beyond the last point fitted (a fit through repeated passes never is)."""
+        return self.at > self.t_range[1]
 
     @property
     def label(self) -> str:
         return GROWTH_POOLS[self.pool][0]
 
+    def fits(self, p: GrowthPoint) -> bool:
+        """Whether the line went through ``p``: a plateau point, and on the first pass when that was asked."""
+        return p.phase == PLATEAU and (p.first_pass or not self.first_pass)
+
     @property
     def n_steps(self) -> int:
         """Evaluation steps fitted (each holds one point per seed that reached it)."""
-        return len({p.step for p in self.points if p.phase == PLATEAU})
+        return len({p.step for p in self.points if self.fits(p)})
 
     def delta(self, tokens: float) -> float:
         """The fitted Δ (nats/token) at ``tokens`` training tokens."""
@@ -861,13 +878,16 @@ def growth_points(rows: Iterable[Mapping], pool: str = "all", variant: Variant |
             seen = [ev.seen[r][step] for r in runs if (ev.seen[r].get(step) or 0) > 0]
             if s is None or g is None or not seen:
                 continue  # no token of the pool, or no count of the training tokens (a log needs one): no point
-            out.append(GrowthPoint(key[1], step, math.fsum(seen) / len(seen), s - g,
-                                   _phase(step, ev.run[runs[0]]["peak"]), key[0]))
+            tokens = math.fsum(seen) / len(seen)
+            split = ev.run[runs[0]]["train_tokens"]
+            out.append(GrowthPoint(key[1], step, tokens, s - g, _phase(step, ev.run[runs[0]]["peak"]), key[0],
+                                   tokens / split if split else None))
     return sorted(out, key=lambda p: (str(p.group), p.seed, p.step))
 
 
 def gap_growth(rows: Iterable[Mapping], pool: str = "all", variant: Variant | None = None,
-               at: float = PAPER_TOKENS, level: float = GROWTH_LEVEL) -> GapGrowth | None:
+               at: float | None = PAPER_TOKENS, level: float = GROWTH_LEVEL, *,
+               first_pass: bool = False) -> GapGrowth | None:
     """How SPEN's gap to its GPT grows with training: :data:`GROWTH_MODEL` fitted by least squares to the
     plateau's points of :func:`growth_points` (every seed's), and extrapolated to ``at`` training tokens.
 
@@ -875,10 +895,15 @@ def gap_growth(rows: Iterable[Mapping], pool: str = "all", variant: Variant | No
     decay lowers both losses by an amount that has nothing to do with the tokens seen, so neither lies on
     one curve with the plateau.  None with fewer than GROWTH_MIN_POINTS steps on the plateau (a cosine has
     none: train.schedule=wsd, the long preset).  An extrapolation: the page labels it, no rule judges it.
+
+    ``first_pass`` fits only the points at which no training token had been seen twice: past one pass
+    a model can memorise its training text, and a line through repeated passes says nothing of fresh
+    tokens at scale.  ``at`` None extrapolates nowhere (``at`` is then the last point fitted): the form
+    for a fit through repeated passes, which the page never extends to the paper's budget.
     """
     points = rows if isinstance(rows, list) else list(rows)
     found = growth_points(points, pool, variant)
-    fitted = [p for p in found if p.phase == PLATEAU]
+    fitted = [p for p in found if p.phase == PLATEAU and (p.first_pass or not first_pass)]
     if len({p.step for p in fitted}) < GROWTH_MIN_POINTS:
         return None
     a, b, x_mean, sxx, ssr = _line([(math.log10(p.tokens), p.delta) for p in fitted])
@@ -892,7 +917,9 @@ def gap_growth(rows: Iterable[Mapping], pool: str = "all", variant: Variant | No
     variant = variant if variant is not None else gap_variant(points)
     return GapGrowth(
         variant=lm_variant_label("spen", *variant), pool=pool, a=a, b=b, n_points=len(fitted), n_seeds=len(seeds),
-        t_range=(min(p.tokens for p in fitted), max(p.tokens for p in fitted)), at=at,
+        t_range=(min(p.tokens for p in fitted), max(p.tokens for p in fitted)),
+        at=at if at is not None else max(p.tokens for p in fitted), first_pass=first_pass,
+        passes_to=max(p.passes for p in fitted) if all(p.passes is not None for p in fitted) else None,
         interval_from="seeds and residuals" if len(lines) >= 2 else "residuals (one seed)", points=tuple(found),
         x_mean=x_mean, sxx=sxx, residual_std=math.sqrt(ssr / dof), dof=dof,
         seed_lines=tuple(lines) if len(lines) >= 2 else (), level=level)
@@ -910,23 +937,37 @@ def ratio_text(r: float) -> str:
     return f"{r:,.2f}" if r < 1000 else f"{r:,.0f}"
 
 
+def passes_text(f: GapGrowth) -> str:
+    """``"first pass"``, ``"to 11.6 passes"`` or ``"passes not known"``: what the points fitted repeat."""
+    if f.passes_to is None:
+        return "passes over the training split not known"
+    return "first pass" if f.passes_to <= 1 else f"to {f.passes_to:.1f} passes over the training split"
+
+
 def growth_statement(fits: Iterable[GapGrowth]) -> str:
-    """The section's one plain line: what was measured, what the fit extrapolates to, and that it is an
-    extrapolation, with the paper's number beside it."""
+    """The section's one plain line: what was measured, what the fit says and, for a first-pass fit only,
+    what it extrapolates to (labelled an extrapolation, with the paper's number beside it)."""
     fits = list(fits)
     if not fits:
         return ""
     first = fits[0]
+    seeds = f"{first.n_seeds} seed{'' if first.n_seeds == 1 else 's'}"
+    fit = (f"the fit ({GROWTH_MODEL} through {first.n_steps} evaluations on the plateau, "
+           f"{tokens_text(first.t_range[0])} to {tokens_text(first.t_range[1])} tokens, {passes_text(first)}, {seeds})")
+    if not first.extrapolated:
+        said = " and ".join(f"{ratio_text(f.ratio(f.t_range[1]))} on {f.label}" for f in fits)
+        return (f"Measured to {tokens_text(first.measured_to)} training tokens; {fit} gives a {first.variant} ÷ GPT "
+                f"perplexity ratio of {said} at its last point, moving by {first.b:+.4f} nats/token per decade of "
+                "tokens (all tokens). Not extended to the paper's budget: points that repeat the training text "
+                "measure memorising it as much as learning, so only a fit on the first pass is extrapolated.")
     said = " and ".join(
         f"{ratio_text(f.predicted)} [{ratio_text(f.predicted_interval[0])}, {ratio_text(f.predicted_interval[1])}]"
         f" on {f.label}" for f in fits)
-    seeds = f"{first.n_seeds} seed{'' if first.n_seeds == 1 else 's'}"
-    return (f"Measured to {tokens_text(first.measured_to)} training tokens; the fit ({GROWTH_MODEL} through "
-            f"{first.n_steps} evaluations on the plateau, {tokens_text(first.t_range[0])} to "
-            f"{tokens_text(first.t_range[1])} tokens, {seeds}) extrapolated to {tokens_text(first.at)} tokens gives a "
-            f"{first.variant} ÷ GPT perplexity ratio of {said} ({100 * first.level:g} % intervals, from the "
-            f"{first.interval_from}) — an extrapolation over {first.decades:.1f} decades, not a measurement; "
-            f"the paper: {first.paper:.1f} (all tokens).")
+    return (f"Measured to {tokens_text(first.measured_to)} training tokens; {fit} extrapolated to "
+            f"{tokens_text(first.at)} tokens gives a {first.variant} ÷ GPT perplexity ratio of {said} "
+            f"({100 * first.level:g} % intervals, from the {first.interval_from}) — an extrapolation over "
+            f"{first.decades:.1f} decades at {tokens_text(first.at / PAPER_PARAMS)} tokens per parameter of the "
+            f"paper's model, not a measurement; the paper: {first.paper:.1f} (all tokens).")
 
 
 # -- the headline: SPEN against the same-size GPT ------------------------------------------------------

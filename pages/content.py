@@ -461,43 +461,63 @@ def growth_section(records: list[dict]) -> None:
         "model still training at its rate. Extended to the paper's budget it is **an extrapolation, not a "
         "measurement**: no rule judges it."
     )
-    fits = [f for f in (gap_growth(records, pool) for pool in GROWTH_POOLS) if f is not None]
-    if not fits:
+    first = [f for f in (gap_growth(records, pool, first_pass=True) for pool in GROWTH_POOLS) if f is not None]
+    every = [f for f in (gap_growth(records, pool, at=None) for pool in GROWTH_POOLS) if f is not None]
+    if not every:
         st.caption(f"Not enough points: the fit needs SPEN and its GPT with at least {GROWTH_MIN_POINTS} periodic "
                    "evaluations on the plateau, after the warm-up and before the decay. A cosine schedule (the "
                    "`quick` and `tiny` presets) decays from the end of its warm-up and has none: train with "
                    "`--preset long` (or the Launch form's `long`).")
         return
-    chart_with_downloads(growth_chart(fits), "content_gap_growth", key="content_growth_chart")
+    if first:
+        _growth_fits(first, "first_pass")
+    else:
+        st.info(f"**No extrapolation to the paper's budget.** It is quoted only from a fit on the *first pass*: "
+                f"evaluations made before any training token was seen twice, at least {GROWTH_MIN_POINTS} of them "
+                "on the plateau. These runs have fewer (or were stored before the training split's size was "
+                "kept): past one pass a model can memorise its training text, and a line through repeated passes "
+                "says nothing of fresh tokens at scale.")
+    if any((f.passes_to or 2) > 1 for f in every):
+        st.markdown("**Every plateau evaluation, repeated passes included** — within the data, not extended:")
+        _growth_fits(every, "all_passes")
+
+
+def _growth_fits(fits: list, name: str) -> None:
+    """One set of growth fits: its chart, its sentence and its table (the extrapolation's columns only when
+    the fits reach beyond their data)."""
+    chart_with_downloads(growth_chart(fits), f"content_gap_growth_{name}", key=f"content_growth_chart_{name}")
     st.markdown(growth_statement(fits))
     table = growth_frame(fits)
     shown = pd.DataFrame({
         "tokens": table["tokens"], "a (nats/token)": table["a"].map(lambda v: f"{v:.4f}"),
         "b (nats/token per decade)": table["b"].map(lambda v: f"{v:.4f}"), "evaluations": table["evaluations"],
-        "seeds": table["seeds"],
+        "seeds": table["seeds"], "passes": table["passes"],
         "fitted (training tokens)": [f"{tokens_text(lo)}–{tokens_text(hi)}"
                                      for lo, hi in zip(table["fitted_from"], table["fitted_to"])],
         "SPEN ÷ GPT at the last point fitted": table["ratio_at_end"].map(ratio_text),
-        f"at {tokens_text(PAPER_TOKENS)} tokens (extrapolated)": table["ratio_at"].map(ratio_text),
-        f"{100 * fits[0].level:g} % interval": [f"{ratio_text(lo)}–{ratio_text(hi)}"
-                                                 for lo, hi in zip(table["ratio_lo"], table["ratio_hi"])],
-        "decades beyond the data": table["decades"].map(lambda v: f"{v:.1f}"),
-        "interval from": table["interval_from"],
-        "the paper": table["paper"].map(lambda v: "" if math.isnan(v) else f"{v:.1f}"),
     })
+    if fits[0].extrapolated:
+        shown[f"at {tokens_text(PAPER_TOKENS)} tokens (extrapolated)"] = table["ratio_at"].map(ratio_text)
+        shown[f"{100 * fits[0].level:g} % interval"] = [f"{ratio_text(lo)}–{ratio_text(hi)}"
+                                                      for lo, hi in zip(table["ratio_lo"], table["ratio_hi"])]
+        shown["decades beyond the data"] = table["decades"].map(lambda v: f"{v:.1f}")
+        shown["interval from"] = table["interval_from"]
+        shown["the paper"] = table["paper"].map(lambda v: "" if math.isnan(v) else f"{v:.1f}")
     st.table(shown, hide_index=True)
-    table_downloads(shown, "content_gap_growth", key="content_growth_dl",
+    what = ("fitted through the first pass's plateau evaluations and extrapolated to the paper's "
+            f"{tokens_text(PAPER_TOKENS)} training tokens: an extrapolation, not a measurement"
+            if fits[0].extrapolated else "fitted through every plateau evaluation, repeated passes included; "
+                                         "not extended beyond the data")
+    table_downloads(shown, f"content_gap_growth_{name}", key=f"content_growth_dl_{name}",
                     caption=f"How the gap grows: {GROWTH_MODEL} (Δ = SPEN − GPT, nats/token; t = training tokens) "
-                            "fitted through the plateau's periodic evaluations and extrapolated to the paper's "
-                            f"{tokens_text(PAPER_TOKENS)} training tokens: an extrapolation, not a measurement.",
-                    label="tab:content-gap-growth")
+                            f"{what}.", label=f"tab:content-gap-growth-{name.replace('_', '-')}")
     st.caption(
         "**The interval** is the wider of the fit's prediction interval (from its residuals) and, with two seeds "
         "or more, the seeds' own (each seed's line on its own, mean ± t × std / √seeds): the evaluations of one "
         "run share a model, so the residuals alone understate the uncertainty. It covers the noise of these runs, "
         "not the model's form: a gap that levels off, or grows faster, at scale lies outside it. **Not the "
         "paper's setting**: a tiny model, our corpus and tokenizer, perplexity on our held-out text; compare the "
-        "trend, not the number. Hollow points (warm-up, decay) are measured but not fitted.")
+        "trend, not the number. Hollow points are measured but not fitted.")
 
 
 def kept_models(done: pd.DataFrame) -> pd.DataFrame:

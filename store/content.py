@@ -256,8 +256,10 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
     schedule, warmup, steps, decay_frac (the run's ``train`` settings, which say which evaluations were
     made at the peak rate: :func:`ema_core.schedule.peak_steps`; schedule is null for a run stored before
     it was a setting), evaluation, step, tokens_seen (training tokens by that step, as :func:`lm_curves`
-    counts them), partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no
-    tokens).  Only runs with a finite final loss on ``split``; empty for runs stored before the split.
+    counts them), train_tokens (the training split's size, null for a run stored before the summary held
+    it: tokens_seen ÷ train_tokens is the passes over it), partition, class, tokens, loss (summed nats),
+    loss_per_token (null for a class with no tokens).  Only runs with a finite final loss on ``split``;
+    empty for runs stored before the split.
     """
     sql = f"""
         WITH {_LM_EVAL_ROWS}
@@ -265,8 +267,8 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
                p.gpt_run_id, r.config->'train'->>'schedule' AS schedule,
                (r.config->'train'->>'warmup')::BIGINT AS warmup, (r.config->'train'->>'steps')::BIGINT AS steps,
                (r.config->'train'->>'decay_frac')::DOUBLE AS decay_frac, t.evaluation, t.step,
-               t.step * {_LM_TOKENS_PER_STEP} AS tokens_seen, t.partition, t.class, t.tokens, t.loss,
-               t.loss / nullif(t.tokens, 0) AS loss_per_token
+               t.step * {_LM_TOKENS_PER_STEP} AS tokens_seen, (r.summary->>'train_tokens')::BIGINT AS train_tokens,
+               t.partition, t.class, t.tokens, t.loss, t.loss / nullif(t.tokens, 0) AS loss_per_token
         FROM per_run p JOIN lm_token_classes t USING (run_id) JOIN runs r USING (run_id)
         WHERE ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
         ORDER BY {_LM_ORDER.format(p='p.')}, p.seed, p.run_id,

@@ -51,7 +51,7 @@ def _spen_per_token(d_all: float, d_recall: float) -> dict[str, float]:
     return {c: GPT_LOSS + (d_recall if c in RECALL else d_rest) for c in CLASSES}
 
 
-def _rows(seeds=(0, 1, 2), noise=0.0, seed=0, schedule="wsd", off_plateau=0.0, budget=LONG):
+def _rows(seeds=(0, 1, 2), noise=0.0, seed=0, schedule="wsd", off_plateau=0.0, budget=LONG, train_tokens=None):
     """lm_token_class_pairs rows of SPEN linear and its GPT at every periodic evaluation (and a final one);
     ``off_plateau`` is added to Δ at the evaluations of the warm-up and of the decay."""
     rng = np.random.default_rng(seed)
@@ -71,7 +71,8 @@ def _rows(seeds=(0, 1, 2), noise=0.0, seed=0, schedule="wsd", off_plateau=0.0, b
                     out.append(dict(run_id=run_id, group_id="g", model=model, predictor="linear", attn_input="state",
                                     seed=s, gpt_run_id=gpt, schedule=schedule, warmup=budget["warmup"],
                                     steps=budget["steps"], decay_frac=budget["decay_frac"], evaluation=evaluation,
-                                    step=step, tokens_seen=t, partition="class", **{"class": c}, tokens=n, loss=loss))
+                                    step=step, tokens_seen=t, train_tokens=train_tokens, partition="class",
+                                    **{"class": c}, tokens=n, loss=loss))
     return out
 
 
@@ -96,6 +97,22 @@ def test_the_fit_recovers_a_known_line_on_the_plateau(pool):
     assert fit.variant == "SPEN linear" and fit.label == GROWTH_POOLS[pool][0]
     lo, hi = fit.predicted_interval
     assert lo == pytest.approx(fit.predicted) and hi == pytest.approx(fit.predicted)  # no noise: no width
+
+
+def test_the_first_pass_fit_reads_only_points_before_any_token_was_seen_twice():
+    rows = _rows(train_tokens=4_096_000)  # 2,000 steps of 2,048 tokens: evaluations 250 … 2,000 on the first pass
+    points = growth_points(rows)
+    assert [p.passes for p in points if p.seed == 0][:2] == pytest.approx([0.125, 0.25])
+    assert {p.step for p in points if p.first_pass} == set(range(250, 2001, 250))
+    first, every = gap_growth(rows, first_pass=True), gap_growth(rows, at=None)
+    assert first.first_pass and first.n_steps == 8 and first.t_range[1] == 2000 * 2048 and first.passes_to == 1.0
+    assert first.extrapolated and first.at == PAPER_TOKENS
+    assert every.n_steps == 16 and every.passes_to == pytest.approx(2.0) and not every.extrapolated
+    assert every.at == every.t_range[1] and every.decades == 0
+    assert first.b == pytest.approx(TRUE["all"][1], abs=1e-9)  # the same line, fitted on fewer points
+    # The split's size not known (a run stored before it was kept): no point is on a known first pass.
+    assert gap_growth(_rows(), first_pass=True) is None
+    assert gap_growth(_rows(), at=None).passes_to is None
 
 
 def test_warm_up_and_decay_points_are_measured_but_not_fitted():
@@ -207,7 +224,7 @@ def test_the_chart_draws_both_pools_measured_fitted_and_extrapolated():
 
 # -- the page --------------------------------------------------------------------------------------------
 
-def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01):
+def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_000_000):
     """SPEN linear and its GPT at the long preset's settings, their periodic evaluations split by token class
     with a known Δ (synthetic: no training), written and ingested as a finished job leaves them."""
     rows = _rows(seeds=seeds, noise=noise, schedule=schedule)
@@ -227,7 +244,7 @@ def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01):
                 summary = {"model": model, "params": 900_000, "tokens": LONG["steps"] * LONG["per_step"],
                            "val_loss": final, "val_ppl": math.exp(final), "val_bpb": final / 1.6, "corpus": "austen",
                            "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0, "lr": cfg.lr,
-                           "lr_auto": True}
+                           "lr_auto": True, "train_tokens": train_tokens}
                 tables = {"lm_eval": [{"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}],
                           "lm_token_classes": [{k: r[k] for k in ("evaluation", "step", "partition", "class", "tokens",
                                                                    "loss")} for r in mine]}
@@ -258,7 +275,8 @@ def test_the_page_draws_the_fit_and_says_it_is_an_extrapolation(tmp_path, monkey
     # The store's rows carry the schedule, and the page's sentence is the fit of those rows.
     rows = lm_token_class_pairs(run_ids).to_dict("records")
     assert {r["schedule"] for r in rows} == {"wsd"} and {r["warmup"] for r in rows} == {200}
-    fits = [gap_growth(rows, pool) for pool in GROWTH_POOLS]
+    assert {r["train_tokens"] for r in rows} == {20_000_000}  # every point on the first pass
+    fits = [gap_growth(rows, pool, first_pass=True) for pool in GROWTH_POOLS]
     assert fits[0].b == pytest.approx(TRUE["all"][1], abs=0.05) and fits[0].n_steps == 16
     said = growth_statement(fits)
     assert any(m.value == said for m in at.markdown)
@@ -271,8 +289,25 @@ def test_the_page_draws_the_fit_and_says_it_is_an_extrapolation(tmp_path, monkey
     lo, hi = fits[0].predicted_interval
     assert table["95 % interval"][0] == f"{lo:.2f}–{hi:.2f}"
     keys = {b.key for b in at.get("download_button")}
-    assert {"content_growth_dl_csv", "content_growth_dl_md", "content_growth_dl_tex",
-            "content_growth_chart_svg", "content_growth_chart_png"} <= keys
+    assert {"content_growth_dl_first_pass_csv", "content_growth_dl_first_pass_md", "content_growth_dl_first_pass_tex",
+            "content_growth_chart_first_pass_svg", "content_growth_chart_first_pass_png"} <= keys
+    assert not any("Every plateau evaluation, repeated passes included" in m.value for m in at.markdown)
+
+
+def test_a_fit_through_repeated_passes_is_shown_within_its_data_and_never_extrapolated(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    _store(home, seeds=(0, 1), train_tokens=880_000)  # Austen's training split: 11.6 passes by the end
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    at = ok(open_page("pages/content.py"))
+    assert any("No extrapolation to the paper's budget" in i.value for i in at.info)
+    assert any("Every plateau evaluation, repeated passes included" in m.value for m in at.markdown)
+    said = next(m.value for m in at.markdown if m.value.startswith("Measured to 10.2M"))
+    assert "Not extended to the paper's budget" in said and "to 9.3 passes" in said and "8B" not in said
+    table = next(t.value for t in at.table if "passes" in t.value.columns)
+    assert "the paper" not in table.columns and not any("extrapolated" in c for c in table.columns)
+    titles = [json.loads(c.proto.spec).get("title") or {} for c in at.get("vega_lite_chart")]
+    texts = [" ".join(t["text"]) if isinstance(t.get("text"), list) else str(t.get("text")) for t in titles]
+    assert sum("within the data" in t for t in texts) == 1 and not any("an extrapolation" in t for t in texts)
 
 
 def test_the_page_says_what_would_make_the_fit_when_there_are_too_few_points(tmp_path, monkeypatch):

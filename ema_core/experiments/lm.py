@@ -186,6 +186,8 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
         "lr_auto": cfg.train.lr == AUTO,
         "params": params,
         "tokens": out["tokens"],
+        # The training split's size: tokens ÷ train_tokens is the passes over it (the growth fit's first pass).
+        "train_tokens": int(len(streams.train)),
         "val_loss": final.get("loss"),
         "val_ppl": final.get("ppl"),
         "val_bpb": final.get("bpb"),

@@ -15,7 +15,7 @@ import pandas as pd
 from ema_core import palette
 from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GROWTH_MODEL, PAPER_PARAMS, PLATEAU,
                                       PREDICTOR_LABELS, GapGrowth, GapSplit, VariantClassDelta, class_label,
-                                      lm_variant_label, tokens_text)
+                                      lm_variant_label, passes_text, tokens_text)
 from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors, legend,
                               reference_rule, value_format, with_layout)
 
@@ -271,7 +271,7 @@ def growth_frame(fits: Iterable[GapGrowth]) -> pd.DataFrame:
     """The page's table of the fits of :func:`ema_core.content_findings.gap_growth`, one row per pool.
 
     Columns: tokens (the pool's label), a, b (Δ = a + b·log10 t, nats/token; b per decade of training
-    tokens), evaluations (steps fitted), seeds, fitted_from, fitted_to, measured_to (training tokens),
+    tokens), evaluations (steps fitted), seeds, passes (what the points fitted repeat), fitted_from, fitted_to, measured_to (training tokens),
     ratio_at_end (the line's SPEN ÷ GPT at the last point fitted), at (tokens extrapolated to), ratio_at,
     ratio_lo, ratio_hi (its interval), level, decades (beyond the last point fitted), interval_from, paper.
     """
@@ -279,6 +279,7 @@ def growth_frame(fits: Iterable[GapGrowth]) -> pd.DataFrame:
     for f in fits:
         lo, hi = f.predicted_interval
         rows.append({"tokens": f.label, "a": f.a, "b": f.b, "evaluations": f.n_steps, "seeds": f.n_seeds,
+                     "passes": passes_text(f),
                      "fitted_from": f.t_range[0], "fitted_to": f.t_range[1], "measured_to": f.measured_to,
                      "ratio_at_end": f.ratio(f.t_range[1]), "at": f.at, "ratio_at": f.predicted, "ratio_lo": lo,
                      "ratio_hi": hi, "level": f.level, "decades": f.decades, "interval_from": f.interval_from,
@@ -291,19 +292,23 @@ def _growth_frames(fits: list[GapGrowth], grid: int = 40) -> tuple[pd.DataFrame,
     its line (the fit over the points fitted, then extrapolated, with the interval at every token count)."""
     points, lines = [], []
     for f in fits:
+        fitted = f.fits
         per_step: dict[int, list] = {}
         for p in f.points:
             line = f"seed {p.seed}" + (f" · settings {p.group}" if p.group is not None else "")
             points.append({"pool": f.label, "line": line, "seed": p.seed, "step": p.step, "tokens": p.tokens,
-                           "ratio": p.ratio, "phase": p.phase, "n": 1})
+                           "ratio": p.ratio, "phase": p.phase, "fitted": fitted(p), "n": 1})
             per_step.setdefault(p.step, []).append(p)
         for step, ps in per_step.items():
             delta = math.fsum(p.delta for p in ps) / len(ps)
             points.append({"pool": f.label, "line": "mean", "seed": np.nan, "step": step,
                            "tokens": math.fsum(p.tokens for p in ps) / len(ps), "ratio": math.exp(delta),
-                           "phase": ps[0].phase, "n": len(ps)})
+                           "phase": ps[0].phase, "fitted": all(fitted(p) for p in ps), "n": len(ps)})
         lo_x, hi_x, at_x = (math.log10(t) for t in (*f.t_range, f.at))
-        for segment, xs in ((FITTED, np.linspace(lo_x, hi_x, grid)), (EXTRAPOLATED, np.linspace(hi_x, at_x, grid))):
+        segments = [(FITTED, np.linspace(lo_x, hi_x, grid))]
+        if f.extrapolated:
+            segments.append((EXTRAPOLATED, np.linspace(hi_x, at_x, grid)))
+        for segment, xs in segments:
             for x in xs:
                 t = float(10 ** x)
                 lo, hi = f.ratio_interval(t)
@@ -323,14 +328,16 @@ def growth_chart(fits: Iterable[GapGrowth]) -> alt.LayerChart:
     points, lines = _growth_frames(fits)
     colors = label_colors({f.pool: f.label for f in fits}, palette.TOKEN_POOL_COLORS)
     scale = color_scale(list(colors), colors.get)
+    extrapolated = fits[0].extrapolated  # the paper's point only beside a line extended to its budget
     paper = pd.DataFrame({"tokens": [fits[0].at], "ratio": [fits[0].paper],
                           "label": [f"paper: {fits[0].paper:.1f} ({tokens_text(PAPER_PARAMS)} parameters, "
-                                    f"{tokens_text(fits[0].at)} tokens)"]})
-    shown = [*points["ratio"], *lines["lo"], *lines["hi"], fits[0].paper]
+                                    f"{tokens_text(fits[0].at)} tokens)"]}).iloc[: int(extrapolated)]
+    shown = [*points["ratio"], *lines["lo"], *lines["hi"], *paper["ratio"]]
     # Both axes logarithmic: the fitted line is a power law in t, straight here.  Domains from the data, not
     # rounded out to whole decades (nice=False), so that the points are not squashed into a corner.
     x = alt.X("tokens:Q", title="training tokens",
-              scale=alt.Scale(type="log", nice=False, domain=[min(points["tokens"]) / 1.5, fits[0].at * 2.5]),
+              scale=alt.Scale(type="log", nice=False, domain=[min(points["tokens"]) / 1.5,
+                                                              max(fits[0].at, max(points["tokens"])) * 2.5]),
               # SI prefixes, with a billion written B (as the paper's "8B tokens"), not G.
               axis=alt.Axis(format="~s", labelExpr="replace(datum.label, 'G', 'B')"))
     y_scale = alt.Scale(type="log", nice=False, domain=[min(shown) / 1.1, max(shown) * 1.1])
@@ -356,19 +363,21 @@ def growth_chart(fits: Iterable[GapGrowth]) -> alt.LayerChart:
            alt.Tooltip("n:Q", title="seeds")]
     base = alt.Chart(points).encode(x=x, y=y, color=color, tooltip=tip)
     seeds = base.transform_filter("datum.line !== 'mean'").mark_point(size=18, opacity=0.3, filled=True)
-    fitted = base.transform_filter(f"datum.line === 'mean' && datum.phase === '{PLATEAU}'").mark_point(
+    fitted = base.transform_filter("datum.line === 'mean' && datum.fitted").mark_point(
         size=55, opacity=1, filled=True)
-    unfitted = base.transform_filter(f"datum.line === 'mean' && datum.phase !== '{PLATEAU}'").mark_point(
+    unfitted = base.transform_filter("datum.line === 'mean' && !datum.fitted").mark_point(
         size=55, opacity=1, filled=False, strokeWidth=1.5)
     marker = alt.Chart(paper).mark_point(shape="diamond", size=130, filled=True,
                                          color=palette.REFERENCE_COLOR).encode(
         x=x, y=y, tooltip=[alt.Tooltip("label:N", title="the paper")])
     note = alt.Chart(paper).mark_text(align="right", dx=-10, dy=-10, color=palette.REFERENCE_COLOR).encode(
         x=x, y=y, text="label:N")
+    which = "the first pass's plateau points" if fits[0].first_pass else "the plateau's points"
     sub = (f"{fits[0].variant} ÷ GPT perplexity against training tokens; points measured (mean across seeds; faint: "
-           f"each seed; hollow: warm-up and decay, not fitted); line: {GROWTH_MODEL} through the plateau's points, "
-           f"dashed beyond them: extrapolated; band: {100 * fits[0].level:g} % interval; diamond: the paper")
+           f"each seed; hollow: not fitted); line: {GROWTH_MODEL} through {which} ({passes_text(fits[0])})"
+           + (f", dashed beyond them: extrapolated; band: {100 * fits[0].level:g} % interval; diamond: the paper"
+              if extrapolated else f"; band: {100 * fits[0].level:g} % interval; not extended beyond the data"))
+    title = "How the gap grows — an extrapolation" if extrapolated else "How the gap grows — within the data"
     return with_layout(alt.layer(band, line, seeds, fitted, unfitted, marker, note).resolve_scale(
         color="shared", strokeDash="independent").properties(
-        width=CURVE_WIDTH, height=HEIGHT,
-        title=chart_title("How the gap grows — an extrapolation", sub)))
+        width=CURVE_WIDTH, height=HEIGHT, title=chart_title(title, sub)))
