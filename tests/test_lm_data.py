@@ -40,6 +40,21 @@ def bpe512(austen):
     return T.train_bpe(austen.train[:1], 512)
 
 
+
+def test_a_built_corpus_is_read_by_its_name_once_built_and_refused_naming_its_command_before(tmp_path, monkeypatch):
+    folder = tmp_path / "text"
+    monkeypatch.setitem(C.BUILT_CORPORA, "free_prose", (folder, "make corpus-free-prose"))
+    with pytest.raises(C.CorpusError, match=r"free_prose: the corpus is not built yet; `make corpus-free-prose`"):
+        C.load_corpus("free_prose")
+    folder.mkdir()
+    (folder / "01_a.txt").write_text("".join(f"Paragraph {i} of the first work.\n\n" for i in range(19)))
+    (folder / "99_heldout.txt").write_text("The held-out tail.\n")
+    (folder / ".manifest.json").write_text("{}")  # hidden: never read as text
+    corpus = C.load_corpus("free_prose")
+    assert corpus.name == "free_prose" and len(corpus.train) == 19 and corpus.val == ("The held-out tail.\n",)
+    # The same text reached by its path is the same corpus (one cache entry).
+    assert C.load_corpus(str(folder)).fingerprint == corpus.fingerprint
+
 def _persuasion() -> str:
     with gzip.open(C.AUSTEN_DIR / "persuasion.txt.gz", "rt", encoding="utf-8") as f:
         return f.read()

@@ -13,6 +13,9 @@ Corpus specs (``load_corpus``)
     "austen"            one document per novel; val = the novel ``val_doc`` (default "persuasion"),
                         train = the other five (file-name order).  No validation text is ever trained on.
                         ``max_chars`` bounds the training text only (quick runs); ``max_docs`` is unused.
+    "free_prose"        a corpus one command builds into ``data/free_prose/text/`` (``BUILT_CORPORA``;
+                        12.3M training tokens of free English prose, data/free_prose/README.md), read
+                        as a local folder; refused, naming the command, until it is built.
     a local path        a file or a folder (searched recursively; other files such as README are
                         skipped) of ``.txt`` (cut into documents by ``doc_sep``, below),
                         ``.jsonl``/``.json`` (one document per record, ``text`` field) or ``.parquet``
@@ -63,6 +66,8 @@ from ema_core.paths import PROJECT_ROOT, cache_home
 
 AUSTEN_DIR = PROJECT_ROOT / "data" / "austen"
 AUSTEN_NOVELS = ("emma", "mansfieldpark", "northangerabbey", "persuasion", "prideprejudice", "sensesensibility")
+# Corpora a command builds into the project's data/ folder (not in git): name -> (folder, the command).
+BUILT_CORPORA = {"free_prose": (PROJECT_ROOT / "data" / "free_prose" / "text", "make corpus-free-prose")}
 # A bound for streamed hub corpora when none is given: ≈ 25 M tokens, what a 2-core machine can hold.
 HUB_DEFAULT_MAX_CHARS = 100_000_000
 HUB_PROBE_SECONDS = 3.0
@@ -118,6 +123,14 @@ def load_corpus(spec: str = "austen", *, val_doc: str = "persuasion", val_fracti
     spec = spec.strip()
     if spec == "austen":
         return _load_austen(val_doc, max_chars)
+    if spec in BUILT_CORPORA:
+        folder, command = BUILT_CORPORA[spec]
+        if not folder.is_dir():
+            raise CorpusError(f"{spec}: the corpus is not built yet; `{command}` builds it "
+                              f"(data/{spec}/README.md)")
+        docs = _bounded(_iter_local(folder, doc_sep), max_docs, max_chars)
+        train, val, how = _split(docs, val_fraction)
+        return Corpus.from_documents(spec, train, val, f"{len(docs)} documents of {spec}; validation = {how}")
     path = Path(spec).expanduser()
     if path.exists():
         docs = _bounded(_iter_local(path, doc_sep), max_docs, max_chars)
