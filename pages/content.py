@@ -46,7 +46,6 @@ METRICS = {  # metric key -> axis title
 }
 LAUNCH_DEFAULT = ["GPT", "SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"]
 VARIANT_RANK = {label: i for i, (label, _) in enumerate(LM_VARIANTS.values())}
-PRESET_ORDER = ["quick", "tiny", "long", "small", "paper"]  # by budget; any other after them
 
 
 def _cells(df: pd.DataFrame, digits: dict[str, int], default: int = 3) -> pd.DataFrame:
@@ -67,10 +66,11 @@ def _millions(n: float) -> str:
 def launch_section() -> None:
     st.subheader("Launch")
     exp = REGISTRY[KIND]
-    presets = sorted(exp.presets, key=lambda p: PRESET_ORDER.index(p) if p in PRESET_ORDER else len(PRESET_ORDER))
+    presets = list(exp.presets)  # declared by budget
     st.markdown("One run per variant and seed, as background jobs; the page shows them once they are done. "
                 "`quick` takes a few minutes per run on two CPU cores, `tiny` about ten, `long` about 1.5 hours "
-                "(how the gap grows, below); `small` and `paper` want a GPU. The GPT is sized to SPEN linear.")
+                "(how the gap grows, below); `fresh` is that budget on fresh tokens, the free-prose corpus (built once by "
+                "`make corpus-free-prose`); `small` and `paper` want a GPU. The GPT is sized to SPEN linear.")
     labels = [label for label, _ in LM_VARIANTS.values()]
     with st.form("content_launch"):
         left, mid, right = st.columns([1, 1, 1])
