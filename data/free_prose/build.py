@@ -52,6 +52,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # the project root: a script run by path finds ema_core there
+from ema_core.lm.data import LMDataConfig, prepare  # noqa: E402  (after the path it needs)
 DEFAULT_OUT = HERE / "text"
 HELDOUT_FILE = "99_heldout.txt"
 MANIFEST = ".manifest.json"
@@ -684,8 +686,6 @@ def repeated_ngram_share(pars: Sequence[str], n: int = 8, split: int | None = No
 def count_tokens(out: Path, vocab_size: int, val_fraction: float) -> dict:
     """Train the project's BPE on the training split exactly as a run would (``prepare`` with a
     fresh cache folder, so nothing is left behind) and count both token streams."""
-    sys.path.insert(0, str(HERE.parents[1]))
-    from ema_core.lm.data import LMDataConfig, prepare  # only with --tokens, after the project root is on the path
 
     with tempfile.TemporaryDirectory(prefix="free_prose_tok_") as cache:
         os.environ.setdefault("EMALAB_HOME", cache)   # datasets' lock files, when no home is set

@@ -42,6 +42,7 @@ from ema_core.boundary_rates import table_rate, table_refusal
 from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
+from ema_core.mixers.causality import check_causal
 from ema_core.protocol import Experiment, Reporter
 
 KIND = "boundary"
@@ -413,7 +414,6 @@ def check_mixers(cfg: BoundaryConfig) -> None:
     """Refuse a mixer of the config that is not causal, before any cell trains: the exact probe the
     tests use (:func:`ema_core.mixers.causality.check_causal`), on the body the map builds around it.
     A mixer that reads x_{t+1} would score as if it remembered what it only reads ahead."""
-    from ema_core.mixers.causality import check_causal  # with the model, where a run starts
     from ema_core.mixers.model import MixerNet  # its scan loads numba: only where a run starts
 
     with one_thread():

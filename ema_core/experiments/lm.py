@@ -178,7 +178,7 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     # The n-gram baselines on the very windows of the final evaluation (rank 0's): what the loss by class
     # is with no network, beside the models' (ema_core.lm.ngram; a fraction of a second at tiny).
     baselines = (baseline_evaluations(streams.train, streams.val, cfg.train.seq_len, cfg.train.final_eval_tokens,
-                                      vocab=tok.get_vocab_size()) if final else {})
+                                      vocab=tok.get_vocab_size(), counts=streams.counts) if final else {})
     if final:
         reporter.progress(1.0, "mixing a copy of the window into the model's predictions")
         baselines[COPY_MIX] = _copy_mix(model, streams, final, cfg.train, device)

@@ -75,9 +75,7 @@ class Bigram:
     def prob(self, prev, nxt) -> np.ndarray:
         """P(nxt | prev), elementwise over arrays of ids; > 0 everywhere (the unigram is add-one)."""
         p, y = np.asarray(prev, dtype=np.int64), np.asarray(nxt, dtype=np.int64)
-        code = p * self.vocab + y
-        at = np.minimum(np.searchsorted(self.codes, code), self.codes.size - 1)
-        pair = np.where(self.codes[at] == code, self.counts[at], 0)
+        pair = _lookup(self.codes, self.counts, p * self.vocab + y)
         ctx = self.context[p]
         seen = ctx > 0
         safe = np.where(seen, ctx, 1)
@@ -290,14 +288,16 @@ def choose_cache_weight(train, vocab: int, seq_len: int) -> float:
     return CACHE_WEIGHTS[int(np.argmin(losses))]
 
 
-def baseline_evaluations(train, val, seq_len: int, max_tokens: int = 0, vocab: int | None = None) -> dict[str, dict]:
+def baseline_evaluations(train, val, seq_len: int, max_tokens: int = 0, vocab: int | None = None,
+                         counts: TrainCounts | None = None) -> dict[str, dict]:
     """``{baseline: {"loss", "tokens", "cache_weight", <split key>: class sums, ...}}`` on the held-out windows
-    ``evaluate`` scores with these ``seq_len`` and ``max_tokens``; class sums as its, under every split."""
+    ``evaluate`` scores with these ``seq_len`` and ``max_tokens``; class sums as its, under every split.
+    ``counts``: the training split's, when the caller holds them already (``Streams.counts``)."""
     train, val = np.asarray(train, dtype=np.int64), np.asarray(val, dtype=np.int64)
     vocab = vocab or int(max(train.max(), val.max())) + 1
     windows = eval_windows(val, seq_len, max_tokens)
     # The models' partitions read the whole training split; the fits, its first MAX_FIT_TOKENS.
-    codes = partition_codes(windows, TrainCounts.of(train, vocab))
+    codes = partition_codes(windows, counts if counts is not None else TrainCounts.of(train, vocab))
     fit = train[:MAX_FIT_TOKENS]
     bigram = Bigram.fit(fit, vocab)
     lam = choose_cache_weight(fit, vocab, seq_len)
