@@ -70,7 +70,8 @@ def sweep(preset: str = "quick", models=("spen", "gpt"), lrs=DEFAULT_LRS, warmup
 def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) -> dict:
     # The base config (its data and budget); a shortened run keeps a warm-up that fits it.
     short = {"train.steps": steps, "train.warmup": 0} if steps else {}
-    base = build_config("lm", preset=preset, overrides={**(overrides or {}), **short})
+    # At a swept rate: a size whose "auto" has no chosen rate yet is what a sweep is for.
+    base = build_config("lm", preset=preset, overrides={**(overrides or {}), **short, "train.lr": lrs[0]})
     data = prepare(base.data)
     tok = data.tokenizer
     train, dev = dev_split(np.array(data.streams.train), dev_tokens, base.train.seq_len)
@@ -113,13 +114,26 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
         "preset": preset, "steps": steps or base.train.steps, "batch": base.train.batch,
         "seq_len": base.train.seq_len, "size": base.size, "corpus": base.data.corpus,
         # per model: a preset may give each model its own rate (train.lr=auto, resolved as a run resolves it)
-        "preset_lr": {m: build_config("lm", preset=preset, overrides={**(overrides or {}), "model": m}).lr
-                      for m in models},
-        "preset_warmup": build_config("lm", preset=preset, overrides=overrides or {}).train.warmup,
+        "preset_lr": {m: _preset_lr(preset, m, overrides) for m in models},
+        "preset_warmup": base.train.warmup if not steps else build_config(
+            "lm", preset=preset, overrides={**(overrides or {}), "train.lr": lrs[0]}).train.warmup,
         "train_tokens": int(train.size), "dev_tokens": int(dev.size), "held_out_read": False,
         "overrides": overrides or {}, "rows": rows, "choice": choice, "device": str(device),
         "machine": machine_info(),
     }
+
+
+def _preset_lr(preset: str, model: str, overrides: dict | None) -> float | None:
+    """The rate the preset trains ``model`` at, or None where it says "auto" and no rate is chosen for its size
+    (the ValueError of ema_core.lm.rates): the sweep is then what chooses it."""
+    try:
+        return build_config("lm", preset=preset, overrides={**(overrides or {}), "model": model}).lr
+    except ValueError:
+        return None
+
+
+def _rate_text(lr: float | None) -> str:
+    return "auto, none chosen for this size yet" if lr is None else f"{lr:g}"
 
 
 def print_report(r: dict) -> None:
@@ -132,7 +146,7 @@ def print_report(r: dict) -> None:
               f"{row['dev_bpb']:8.4f} {row['seconds']:7.1f}")
     for model, c in r["choice"].items():
         print(f"choice for {model}: lr {c['lr']:g}, warm-up {c['warmup']} (dev loss {c['dev_loss']:.4f}, "
-              f"{c['seeds']} seed(s)); the preset has lr {r['preset_lr'][model]:g}, warm-up {r['preset_warmup']}")
+              f"{c['seeds']} seed(s)); the preset has lr {_rate_text(r['preset_lr'][model])}, warm-up {r['preset_warmup']}")
     m = r["machine"]
     print(f"machine: {m['cpu']}, {m['cores_usable']} usable cores, torch {m['torch']}, "
           f"{m['torch_threads']} threads, load {m['loadavg_start']} before the run; device {r['device']}")

@@ -9,24 +9,24 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, GROWTH_MIN_POINTS,
-                                      GROWTH_MODEL, GROWTH_POOLS, HEADLINE_RULE, PAPER_GPT_PPL, PAPER_PARAMS, PAPER_RATIO,
-                                      PAPER_SPEN_PPL, PAPER_TOKENS, PARTITION_LABELS, PARTITIONS, VERDICT_DECIMALS,
-                                      VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict, class_gaps,
-                                      class_label, gap_growth, gap_verdicts, growth_statement, headline_verdict,
-                                      lm_variant_label, ratio_text, tokens_text, variant_class_deltas, verdict_number)
+from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, HEADLINE_RULE,
+                                      PAPER_GPT_PPL, PAPER_RATIO, PAPER_SPEN_PPL, PARTITION_LABELS, PARTITIONS,
+                                      VERDICT_DECIMALS, VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict,
+                                      class_gaps, class_label, gap_verdicts, headline_verdict, lm_variant_label,
+                                      variant_class_deltas, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.lm_eval import KIND as REEVAL_KIND
 from ema_core.experiments.lm_eval import TrainedRun, load_trained, trained_run
-from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, growth_chart, growth_frame,
-                                      lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame,
-                                      token_class_curves, variant_delta_frame)
+from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, lm_ablation_chart,
+                                      lm_ablation_frame, lm_curve_chart, lm_curve_frame, token_class_curves,
+                                      variant_delta_frame)
 from ema_core.lm.data import CorpusConfig
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.trained import MODEL_ARTIFACT, held_out_passages
 from ema_core.palette import LM_VARIANTS
 from ema_core.rundir import RunDir, emalab_home
 from ema_core.scoreboard import ablation_score, gap_scores, headline_score
+from pages._content_growth import growth_section
 from pages._router import ensure_router
 from pages._sources import check_sources
 from pages._state import finished_runs, launch, pick_runs, read_store
@@ -447,79 +447,6 @@ def gap_section(picked: list[str], x_axis: str) -> list[dict]:
     return records
 
 
-def growth_section(records: list[dict]) -> None:
-    """How the gap grows: SPEN ÷ GPT against training tokens, fitted on the plateau's evaluations and
-    extrapolated to the paper's budget, labelled as the extrapolation it is (no verdict)."""
-    st.subheader("How the gap grows")
-    st.markdown(
-        f"The paper measures SPEN at {PAPER_RATIO:.1f}× GPT-2's perplexity after {tokens_text(PAPER_TOKENS)} "
-        f"training tokens at {tokens_text(PAPER_PARAMS)} parameters; these runs stop far earlier. Each periodic "
-        "evaluation gives SPEN ÷ its GPT's perplexity (exp of the loss difference, per seed at the same step), on "
-        f"every token and on recall tokens. **The fit**: {GROWTH_MODEL}, Δ = SPEN's loss − the GPT's "
-        "(nats/token), t = training tokens seen, by least squares through the evaluations made on the learning "
-        "rate's plateau — after the warm-up, before the decay (`train.schedule=wsd`), where every point is of a "
-        "model still training at its rate. Extended to the paper's budget it is **an extrapolation, not a "
-        "measurement**: no rule judges it."
-    )
-    first = [f for f in (gap_growth(records, pool, first_pass=True) for pool in GROWTH_POOLS) if f is not None]
-    every = [f for f in (gap_growth(records, pool, at=None) for pool in GROWTH_POOLS) if f is not None]
-    if not every:
-        st.caption(f"Not enough points: the fit needs SPEN and its GPT with at least {GROWTH_MIN_POINTS} periodic "
-                   "evaluations on the plateau, after the warm-up and before the decay. A cosine schedule (the "
-                   "`quick` and `tiny` presets) decays from the end of its warm-up and has none: train with "
-                   "`--preset long` (or the Launch form's `long`).")
-        return
-    if first:
-        _growth_fits(first, "first_pass")
-    else:
-        st.info(f"**No extrapolation to the paper's budget.** It is quoted only from a fit on the *first pass*: "
-                f"evaluations made before any training token was seen twice, at least {GROWTH_MIN_POINTS} of them "
-                "on the plateau. These runs have fewer (or were stored before the training split's size was "
-                "kept): past one pass a model can memorise its training text, and a line through repeated passes "
-                "says nothing of fresh tokens at scale.")
-    if any((f.passes_to or 2) > 1 for f in every):
-        st.markdown("**Every plateau evaluation, repeated passes included** — within the data, not extended:")
-        _growth_fits(every, "all_passes")
-
-
-def _growth_fits(fits: list, name: str) -> None:
-    """One set of growth fits: its chart, its sentence and its table (the extrapolation's columns only when
-    the fits reach beyond their data)."""
-    chart_with_downloads(growth_chart(fits), f"content_gap_growth_{name}", key=f"content_growth_chart_{name}")
-    st.markdown(growth_statement(fits))
-    table = growth_frame(fits)
-    shown = pd.DataFrame({
-        "tokens": table["tokens"], "a (nats/token)": table["a"].map(lambda v: f"{v:.4f}"),
-        "b (nats/token per decade)": table["b"].map(lambda v: f"{v:.4f}"), "evaluations": table["evaluations"],
-        "seeds": table["seeds"], "passes": table["passes"],
-        "fitted (training tokens)": [f"{tokens_text(lo)}–{tokens_text(hi)}"
-                                     for lo, hi in zip(table["fitted_from"], table["fitted_to"])],
-        "SPEN ÷ GPT at the last point fitted": table["ratio_at_end"].map(ratio_text),
-    })
-    if fits[0].extrapolated:
-        shown[f"at {tokens_text(PAPER_TOKENS)} tokens (extrapolated)"] = table["ratio_at"].map(ratio_text)
-        shown[f"{100 * fits[0].level:g} % interval"] = [f"{ratio_text(lo)}–{ratio_text(hi)}"
-                                                      for lo, hi in zip(table["ratio_lo"], table["ratio_hi"])]
-        shown["decades beyond the data"] = table["decades"].map(lambda v: f"{v:.1f}")
-        shown["interval from"] = table["interval_from"]
-        shown["the paper"] = table["paper"].map(lambda v: "" if math.isnan(v) else f"{v:.1f}")
-    st.table(shown, hide_index=True)
-    what = ("fitted through the first pass's plateau evaluations and extrapolated to the paper's "
-            f"{tokens_text(PAPER_TOKENS)} training tokens: an extrapolation, not a measurement"
-            if fits[0].extrapolated else "fitted through every plateau evaluation, repeated passes included; "
-                                         "not extended beyond the data")
-    table_downloads(shown, f"content_gap_growth_{name}", key=f"content_growth_dl_{name}",
-                    caption=f"How the gap grows: {GROWTH_MODEL} (Δ = SPEN − GPT, nats/token; t = training tokens) "
-                            f"{what}.", label=f"tab:content-gap-growth-{name.replace('_', '-')}")
-    st.caption(
-        "**The interval** is the wider of the fit's prediction interval (from its residuals) and, with two seeds "
-        "or more, the seeds' own (each seed's line on its own, mean ± t × std / √seeds): the evaluations of one "
-        "run share a model, so the residuals alone understate the uncertainty. It covers the noise of these runs, "
-        "not the model's form: a gap that levels off, or grows faster, at scale lies outside it. **Not the "
-        "paper's setting**: a tiny model, our corpus and tokenizer, perplexity on our held-out text; compare the "
-        "trend, not the number. Hollow points are measured but not fitted.")
-
-
 def kept_models(done: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``done`` (finished lm runs) whose run kept its final weights (runs made since they are kept)."""
     home = emalab_home()
@@ -760,7 +687,7 @@ else:
     paper_table(stats, found, verdict)
     records = gap_section(picked, x_axis)
     if records:
-        growth_section(records)
+        growth_section(picked)
     ablation_section(stats, found, verdict)
 reeval_section(done)
 samples_section(done)

@@ -42,6 +42,10 @@ def _drop_patch(paths) -> str:
 
 
 _LM_DROP = _drop_patch((*LM_VARIANT_FIELDS, "data.doc_sep"))
+# A family is a group less its number of steps: wsd runs of one family that differ only in length share
+# their plateau, and each one's final evaluation is an annealed point of the family's growth curve.
+_LM_STEPS_DROP = _drop_patch(("train.steps",))
+_LM_FAMILY = f"left(md5(json_merge_patch(({_LM_COMPARABLE})::JSON, '{_LM_STEPS_DROP}')::VARCHAR), 8)"
 # The order the class rows come in: partitions as SPLITS lists them, each one's classes in their own order
 # (not the alphabet's), keyed "partition/class" since two partitions share the name "not_recall".
 _CLASS_ORDER = {"partitions": [s.partition for s in SPLITS],
@@ -257,8 +261,9 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
     made at the peak rate: :func:`ema_core.schedule.peak_steps`; schedule is null for a run stored before
     it was a setting), evaluation, step, tokens_seen (training tokens by that step, as :func:`lm_curves`
     counts them), train_tokens (the training split's size, null for a run stored before the summary held
-    it: tokens_seen ÷ train_tokens is the passes over it), partition, class, tokens, loss (summed nats),
-    loss_per_token (null for a class with no tokens).  Only runs with a finite final loss on ``split``;
+    it: tokens_seen ÷ train_tokens is the passes over it), family_id (a short hash of the comparable config
+    less train.steps: runs of one family differ only in length), size, corpus, params (the run's parameter
+    count), partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no tokens).  Only runs with a finite final loss on ``split``;
     empty for runs stored before the split.
     """
     sql = f"""
@@ -268,6 +273,8 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
                (r.config->'train'->>'warmup')::BIGINT AS warmup, (r.config->'train'->>'steps')::BIGINT AS steps,
                (r.config->'train'->>'decay_frac')::DOUBLE AS decay_frac, t.evaluation, t.step,
                t.step * {_LM_TOKENS_PER_STEP} AS tokens_seen, (r.summary->>'train_tokens')::BIGINT AS train_tokens,
+               {_LM_FAMILY} AS family_id,
+               r.config->>'size' AS size, r.config->'data'->>'corpus' AS corpus, p.params,
                t.partition, t.class, t.tokens, t.loss, t.loss / nullif(t.tokens, 0) AS loss_per_token
         FROM per_run p JOIN lm_token_classes t USING (run_id) JOIN runs r USING (run_id)
         WHERE ($evaluation::VARCHAR IS NULL OR t.evaluation = $evaluation)
@@ -277,6 +284,18 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
                  list_position($classes::VARCHAR[], t.partition || '/' || t.class) NULLS LAST, t.class"""
     return query_frame(sql, {"ids": id_list(run_ids), "split": split, "drop": _LM_DROP, "evaluation": evaluation,
                              **_CLASS_ORDER, **_EVALUATION_ORDER}, home)
+
+
+def lm_family_runs(run_ids: RunIds = None, *, home: Path | None = None) -> list[str]:
+    """Every stored lm run of the families of ``run_ids`` (the comparable config less train.steps, as
+    :func:`lm_token_class_pairs`' family_id): the runs of other lengths beside the ones picked, whose
+    annealed finals are the points of one growth curve.  In run id order."""
+    sql = f"""
+        WITH fam AS (SELECT r.run_id, {_LM_FAMILY} AS family_id FROM runs r WHERE r.kind = 'lm')
+        SELECT run_id FROM fam
+        WHERE family_id IN (SELECT family_id FROM fam WHERE {RUN_FILTER.format(col='run_id')})
+        ORDER BY run_id"""
+    return query_frame(sql, {"ids": id_list(run_ids), "drop": _LM_DROP}, home)["run_id"].tolist()
 
 
 def lm_ablation(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:

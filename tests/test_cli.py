@@ -266,7 +266,7 @@ def test_run_help_lists_every_kinds_presets():
 
     rc, out, err = run_main("run", "lm", "--help")
     flat = " ".join(out.split())
-    assert rc == 0 and "lm: quick, tiny, long, fresh, small, paper" in flat
+    assert rc == 0 and "lm: quick, tiny, long, fresh, fresh_micro, small, paper" in flat
     for kind, exp in REGISTRY.items():
         assert f"{kind}: {', '.join(exp.presets)}" in flat
 

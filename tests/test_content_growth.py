@@ -14,8 +14,9 @@ import pytest
 from apptest import ok, open_page
 
 from ema_core import palette
-from ema_core.content_findings import (ALL_TOKENS, GROWTH_POOLS, PAPER_RATIO, PAPER_TOKENS, RECALL, gap_growth,
-                                      growth_points, growth_statement)
+from ema_core.content_findings import (ALL_TOKENS, ANNEALED, GROWTH_POOLS, PAPER_PARAMS, PAPER_RATIO, PAPER_TOKENS,
+                                      RECALL, gap_growth, growth_points, growth_series, growth_statement,
+                                      size_statement, size_trend)
 from ema_core.experiments import build_config
 from ema_core.figures import chart_to_svg
 from ema_core.figures.content import CURVE_WIDTH, EXTRAPOLATED, FITTED, growth_chart, growth_frame
@@ -23,7 +24,7 @@ from ema_core.lm.token_classes import CLASSES
 from ema_core.rundir import RunDir, run_id_for
 from ema_core.schedule import peak_steps
 from store import ingest
-from store.content import lm_token_class_pairs
+from store.content import lm_family_runs, lm_token_class_pairs
 
 # The long preset's budget: 5,000 steps of 8 × 256 tokens, warm-up 200, the last fifth decaying, an
 # evaluation every 250 steps.
@@ -51,9 +52,14 @@ def _spen_per_token(d_all: float, d_recall: float) -> dict[str, float]:
     return {c: GPT_LOSS + (d_recall if c in RECALL else d_rest) for c in CLASSES}
 
 
-def _rows(seeds=(0, 1, 2), noise=0.0, seed=0, schedule="wsd", off_plateau=0.0, budget=LONG, train_tokens=None):
+def _rows(seeds=(0, 1, 2), noise=0.0, seed=0, schedule="wsd", off_plateau=0.0, budget=LONG, train_tokens=None,
+          family=None, size=None, params=None):
     """lm_token_class_pairs rows of SPEN linear and its GPT at every periodic evaluation (and a final one);
-    ``off_plateau`` is added to Δ at the evaluations of the warm-up and of the decay."""
+    ``off_plateau`` is added to Δ at the evaluations of the warm-up and of the decay (the final's included).
+    With ``family``, the runs are of a group named by their length within that family (runs of other
+    lengths may join them)."""
+    group = f"g{budget['steps']}" if family else "g"
+    tag = f"-{budget['steps']}" if family else ""
     rng = np.random.default_rng(seed)
     peak = peak_steps(schedule, budget["steps"], budget["warmup"], budget["decay_frac"])
     out = []
@@ -65,10 +71,12 @@ def _rows(seeds=(0, 1, 2), noise=0.0, seed=0, schedule="wsd", off_plateau=0.0, b
             if step - 1 not in peak:
                 d_all, d_recall = d_all + off_plateau, d_recall + off_plateau
             spen = _spen_per_token(d_all, d_recall)
-            for run_id, model, per, gpt in ((f"gpt-{s}", "gpt", None, None), (f"lin-{s}", "spen", spen, f"gpt-{s}")):
+            for run_id, model, per, gpt in ((f"gpt-{s}{tag}", "gpt", None, None),
+                                            (f"lin-{s}{tag}", "spen", spen, f"gpt-{s}{tag}")):
                 for c, n in TOKENS.items():
                     loss = (GPT_LOSS if per is None else per[c]) * n
-                    out.append(dict(run_id=run_id, group_id="g", model=model, predictor="linear", attn_input="state",
+                    out.append(dict(run_id=run_id, group_id=group, family_id=family, size=size, params=params,
+                                    model=model, predictor="linear", attn_input="state",
                                     seed=s, gpt_run_id=gpt, schedule=schedule, warmup=budget["warmup"],
                                     steps=budget["steps"], decay_frac=budget["decay_frac"], evaluation=evaluation,
                                     step=step, tokens_seen=t, train_tokens=train_tokens, partition="class",
@@ -183,6 +191,77 @@ def test_the_long_preset_holds_sixteen_evaluations_on_its_plateau_and_the_rate_a
     assert not peak_steps("cosine", train.steps, train.warmup, train.decay_frac)
 
 
+# -- annealed points, and sizes --------------------------------------------------------------------------
+
+def _lengths(lengths=(1250, 2500, 5000), off=0.3, **kw):
+    """Rows of one family trained to several lengths (each a wsd run of that many steps)."""
+    return [r for steps in lengths for r in _rows(budget={**LONG, "steps": steps}, family="f", off_plateau=off, **kw)]
+
+
+def test_annealed_points_are_the_finals_of_one_family_one_per_length():
+    rows = _lengths(train_tokens=20_000_000)
+    points = growth_points(rows, annealed=True)
+    assert {p.phase for p in points} == {ANNEALED} and {p.group for p in points} == {"f"}
+    assert sorted({p.step for p in points}) == [1250, 2500, 5000] and len(points) == 9
+    fit = gap_growth(rows, annealed=True, first_pass=True)
+    # Each final is the line plus the cool-down's shift: the slope is the plateau's, the intercept moves.
+    assert fit.annealed and fit.n_steps == 3 and fit.n_seeds == 3
+    assert fit.b == pytest.approx(TRUE["all"][1], abs=1e-9) and fit.a == pytest.approx(TRUE["all"][0] + 0.3, abs=1e-9)
+    assert "3 runs of different lengths, each evaluated once cooled down" in growth_statement([fit])
+    # Two lengths are not a line with an interval.
+    assert gap_growth(_lengths((2500, 5000)), annealed=True) is None
+
+
+def test_a_family_s_shorter_runs_add_no_seed_to_the_plateau_fit():
+    # The 1,250- and 2,500-step runs repeat the long run's plateau: one point per (family, seed, step).
+    alone, joined = gap_growth(_rows(family="f")), gap_growth(_lengths())
+    assert joined.n_seeds == alone.n_seeds == 3 and joined.n_points == alone.n_points == 48
+    assert joined.b == pytest.approx(alone.b, abs=1e-12)
+    # The longest run's point is kept: at step 2,000 the 2,500-step run is already decaying.
+    kept = {(p.seed, p.step): p for p in growth_points(_lengths())}
+    assert kept[(0, 2250)].phase == "plateau"
+
+
+def test_a_fit_refuses_two_sizes_and_the_series_split_them():
+    rows = _rows(size="tiny", params=1.4e6) + [
+        {**r, "run_id": r["run_id"] + "-m", "gpt_run_id": r["gpt_run_id"] and r["gpt_run_id"] + "-m",
+         "group_id": "m", "size": "micro"} for r in _rows(size="micro", params=4.8e5)]
+    with pytest.raises(ValueError, match="one size on one corpus"):
+        gap_growth(rows)
+    series = growth_series(rows)
+    assert list(series) == [(None, "tiny"), (None, "micro")]
+    fits = [gap_growth(part) for part in series.values()]
+    assert [f.size for f in fits] == ["tiny", "micro"] and fits[1].params == pytest.approx(4.8e5)
+    said = growth_statement([gap_growth(series[(None, "micro")], first_pass=False)])
+    assert "at size micro (0.48M parameters: 8B tokens is 16,667 per parameter, the paper's 62)" in said
+
+
+def test_the_size_trend_recovers_a_known_slope_at_matched_tokens_per_parameter():
+    # Δ = c + d·log10 N at 7.43 tokens per parameter: two sizes, three seeds each, a cool-down shift common to both.
+    c, d = -0.2, 0.15
+    rows = []
+    for size, params, steps in (("micro", 476_288, 1728), ("tiny", 1_378_560, 5000)):
+        budget = {**LONG, "steps": steps, "every": steps}
+        part = _rows(budget=budget, family=size, size=size, params=params, off_plateau=0.0)
+        t = steps * LONG["per_step"]
+        shift = c + d * math.log10(params) - _deltas(t, 0, None)[0]  # move the final onto the size line
+        for r in part:
+            if r["model"] == "spen" and r["evaluation"] == "final":
+                r["loss"] += shift * r["tokens"]
+        rows += part
+    trend = size_trend(rows)
+    assert trend.b == pytest.approx(d, abs=1e-9) and trend.a == pytest.approx(c, abs=1e-9)
+    assert trend.tokens_per_param == pytest.approx(7.43, abs=0.01) and trend.n_points == 6 and trend.n_seeds == 6
+    assert [s[0] for s in trend.sizes] == ["micro", "tiny"] and trend.at == PAPER_PARAMS
+    assert trend.ratio(PAPER_PARAMS) == pytest.approx(math.exp(c + d * math.log10(PAPER_PARAMS)))
+    said = size_statement([trend])
+    assert said.startswith("At 7.43 training tokens per parameter") and "an extrapolation over 2.0 decades" in said
+    assert "from 2 sizes" in said and "not a measurement" in said
+    # One size alone, or two at different tokens per parameter, make no trend.
+    assert size_trend([r for r in rows if r["size"] == "tiny"]) is None
+    assert size_trend([r for r in rows if r["size"] == "tiny" or r["step"] != 1728]) is None
+
+
 # -- the chart ----------------------------------------------------------------------------------------------
 
 def test_the_chart_draws_both_pools_measured_fitted_and_extrapolated():
@@ -224,38 +303,40 @@ def test_the_chart_draws_both_pools_measured_fitted_and_extrapolated():
 
 # -- the page --------------------------------------------------------------------------------------------
 
-def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_000_000):
-    """SPEN linear and its GPT at the long preset's settings, their periodic evaluations split by token class
-    with a known Δ (synthetic: no training), written and ingested as a finished job leaves them."""
-    rows = _rows(seeds=seeds, noise=noise, schedule=schedule)
+def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_000_000, lengths=(LONG["steps"],)):
+    """SPEN linear and its GPT at the long preset's settings (trained to each of ``lengths`` steps), their
+    periodic evaluations split by token class with a known Δ (synthetic: no training), written and ingested
+    as a finished job leaves them."""
     before = os.environ.get("EMALAB_HOME")
     os.environ["EMALAB_HOME"] = str(home)
     run_ids = []
     try:
-        for model in ("gpt", "spen"):
-            for s in seeds:
-                cfg = build_config("lm", preset="long", seed=s, overrides={
-                    "model": model, "predictor": "linear", "attn_input": "state", "train.schedule": schedule})
-                mine = [r for r in rows if r["seed"] == s and r["model"] == model]
-                loss = {(r["evaluation"], r["step"]): 0.0 for r in mine}
-                for r in mine:
-                    loss[(r["evaluation"], r["step"])] += r["loss"] / sum(TOKENS.values())
-                final = loss[("final", LONG["steps"])]
-                summary = {"model": model, "params": 900_000, "tokens": LONG["steps"] * LONG["per_step"],
-                           "val_loss": final, "val_ppl": math.exp(final), "val_bpb": final / 1.6, "corpus": "austen",
-                           "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0, "lr": cfg.lr,
-                           "lr_auto": True, "train_tokens": train_tokens}
-                tables = {"lm_eval": [{"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}],
-                          "lm_token_classes": [{k: r[k] for k in ("evaluation", "step", "partition", "class", "tokens",
-                                                                   "loss")} for r in mine]}
-                rd = RunDir.for_id(run_id_for("lm", cfg.model_dump(mode="json"), s), home)
-                rd.create("lm", cfg.model_dump(mode="json"), s)
-                rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0, pid=os.getpid())
-                rd.append_events([{"seq": i, "step": step, "metrics": {"val/loss": v}}
-                                  for i, ((ev, step), v) in enumerate(sorted(loss.items())) if ev == "periodic"])
-                rd.write_result({"summary": summary, "tables": tables})
-                rd.write_status(state="done", ended="2026-01-01T00:00:00+00:00", progress=1.0)
-                run_ids.append(rd.run_id)
+        for model, s, steps in ((m, s, n) for n in lengths for m in ("gpt", "spen") for s in seeds):  # a run each
+            rows = _rows(seeds=seeds, noise=noise, schedule=schedule, budget={**LONG, "steps": steps},
+                         off_plateau=0.2)
+            cfg = build_config("lm", preset="long", seed=s, overrides={
+                "model": model, "predictor": "linear", "attn_input": "state", "train.schedule": schedule,
+                "train.steps": steps})
+            mine = [r for r in rows if r["seed"] == s and r["model"] == model]
+            loss = {(r["evaluation"], r["step"]): 0.0 for r in mine}
+            for r in mine:
+                loss[(r["evaluation"], r["step"])] += r["loss"] / sum(TOKENS.values())
+            final = loss[("final", steps)]
+            summary = {"model": model, "params": 900_000, "tokens": steps * LONG["per_step"],
+                       "val_loss": final, "val_ppl": math.exp(final), "val_bpb": final / 1.6, "corpus": "austen",
+                       "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0, "lr": cfg.lr,
+                       "lr_auto": True, "train_tokens": train_tokens}
+            tables = {"lm_eval": [{"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}],
+                      "lm_token_classes": [{k: r[k] for k in ("evaluation", "step", "partition", "class", "tokens",
+                                                               "loss")} for r in mine]}
+            rd = RunDir.for_id(run_id_for("lm", cfg.model_dump(mode="json"), s), home)
+            rd.create("lm", cfg.model_dump(mode="json"), s)
+            rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0, pid=os.getpid())
+            rd.append_events([{"seq": i, "step": step, "metrics": {"val/loss": v}}
+                              for i, ((ev, step), v) in enumerate(sorted(loss.items())) if ev == "periodic"])
+            rd.write_result({"summary": summary, "tables": tables})
+            rd.write_status(state="done", ended="2026-01-01T00:00:00+00:00", progress=1.0)
+            run_ids.append(rd.run_id)
         assert ingest(home, run_ids)["errors"] == []
     finally:
         if before is None:
@@ -292,6 +373,28 @@ def test_the_page_draws_the_fit_and_says_it_is_an_extrapolation(tmp_path, monkey
     assert {"content_growth_dl_first_pass_csv", "content_growth_dl_first_pass_md", "content_growth_dl_first_pass_tex",
             "content_growth_chart_first_pass_svg", "content_growth_chart_first_pass_png"} <= keys
     assert not any("Every plateau evaluation, repeated passes included" in m.value for m in at.markdown)
+    assert any(c.value.startswith("No annealed fit") for c in at.caption)
+
+
+def test_the_page_fits_the_annealed_finals_of_every_length_of_the_settings_picked(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    run_ids = _store(home, seeds=(0, 1), lengths=(1250, 2500, 5000))
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    rows = lm_token_class_pairs(run_ids).to_dict("records")
+    assert len({r["group_id"] for r in rows}) == 3 and len({r["family_id"] for r in rows}) == 1
+    assert {r["size"] for r in rows} == {"tiny"} and {r["params"] for r in rows} == {900_000}
+    # Picked by default: the newest settings only (one length); the family brings the other two.
+    assert lm_family_runs([run_ids[0]]) == sorted(run_ids)
+    at = ok(open_page("pages/content.py"))
+    assert not at.warning  # the default pick is one length's runs: the family brings the other two
+    assert any(m.value.startswith("**Annealed points**") for m in at.markdown)
+    fits = [gap_growth(rows, pool, first_pass=True, annealed=True) for pool in GROWTH_POOLS]
+    said = growth_statement(fits)
+    assert any(m.value == said for m in at.markdown) and "3 runs of different lengths" in said
+    table = next(t.value for t in at.table if "runs" in t.value.columns)
+    assert list(table["runs"]) == [3, 3] and list(table["seeds"]) == [2, 2]
+    assert {"content_growth_dl_annealed_csv", "content_growth_chart_annealed_svg"} <= {
+        b.key for b in at.get("download_button")}
 
 
 def test_a_fit_through_repeated_passes_is_shown_within_its_data_and_never_extrapolated(tmp_path, monkeypatch):
@@ -316,7 +419,7 @@ def test_the_page_says_what_would_make_the_fit_when_there_are_too_few_points(tmp
     monkeypatch.setenv("EMALAB_HOME", str(home))
     at = ok(open_page("pages/content.py"))
     assert any(s.value == "How the gap grows" for s in at.subheader)
-    assert any("Not enough points" in c.value and "--preset long" in c.value for c in at.caption)
+    assert any("Not enough points" in c.value and "--preset fresh" in c.value for c in at.caption)
     titles = [json.dumps(json.loads(c.proto.spec).get("title")) for c in at.get("vega_lite_chart")]
     assert not any("How the gap grows" in t for t in titles)
     assert not any(b.key.startswith("content_growth") for b in at.get("download_button"))

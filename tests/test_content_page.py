@@ -122,7 +122,7 @@ def test_empty_store_shows_an_empty_state_and_the_launch_section(empty_home):
 
 def test_launch_submits_one_run_per_variant_and_seed(empty_home, registered):
     at = _page()
-    assert at.selectbox(key="content_preset").options == ["quick", "tiny", "long", "fresh", "small", "paper"]
+    assert at.selectbox(key="content_preset").options == ["quick", "tiny", "long", "fresh", "fresh_micro", "small", "paper"]
     assert at.multiselect(key="content_variants").value == VARIANTS
     at.multiselect(key="content_variants").set_value(["GPT", "SPEN linear attention (sequence)"])
     at.selectbox(key="content_preset").set_value("tiny")

@@ -151,7 +151,7 @@ def test_build_model_from_a_size_name():
     # The GPT is sized to the SPEN of the same choice, not to the linear one.
     assert g.cfg.d_ff != build_model(ModelChoice(model="gpt"), vocab_size=300).cfg.d_ff
     # The choices are typed from the registries that build them: one line naming the setting and its values.
-    with pytest.raises(ValueError, match="size\n.*'tiny', 'small' or 'paper'"):
+    with pytest.raises(ValueError, match="size\n.*'micro', 'tiny', 'small' or 'paper'"):
         ModelChoice(size="huge")
     with pytest.raises(ValueError, match="model\n.*'spen' or 'gpt'"):
         ModelChoice(model="mamba")

@@ -130,10 +130,22 @@ def test_checkpoint_and_resume_is_bit_identical(kind):
         train_lm(_model(kind), s, cfg, seed=3, reporter=rep, extra_state={"config": "b"})
 
 
+@pytest.mark.parametrize("kind", ["spen", "gpt"])
+def test_a_shorter_wsd_run_is_the_longer_one_until_its_decay_begins(kind):
+    # What makes an annealed point a cool-down branched off the long run's plateau: the same warm-up, peak
+    # and batches, so the 20-step run's evaluations at 8 and 16 steps are the 40-step run's, bit for bit.
+    s = _streams()
+    long = train_lm(_model(kind), s, _cfg(steps=40, schedule="wsd", decay_frac=0.2, eval_every=8), seed=3)
+    short = train_lm(_model(kind), s, _cfg(steps=20, schedule="wsd", decay_frac=0.2, eval_every=8), seed=3)
+    assert [c["step"] for c in short["curve"]] == [8, 16, 20]
+    assert short["curve"][:2] == long["curve"][:2]
+    assert short["curve"][2]["loss"] != long["curve"][2]["loss"]  # then it cools down, the long run goes on
+
+
 def test_lm_config_errors_are_named():
     with pytest.raises(ValueError, match="^model: must be one of 'spen' or 'gpt' \\(got 'mamba'\\)$"):
         build_config("lm", overrides={"model": "mamba"})
-    with pytest.raises(ValueError, match="^size: must be one of 'tiny', 'small' or 'paper' \\(got 'huge'\\)$"):
+    with pytest.raises(ValueError, match="^size: must be one of 'micro', 'tiny', 'small' or 'paper' \\(got 'huge'\\)$"):
         build_config("lm", overrides={"size": "huge"})
     with pytest.raises(ValueError, match="^predictor: must be one of 'linear', 'linear_attention' or "):
         build_config("lm", overrides={"predictor": "nope"})
@@ -287,3 +299,19 @@ def test_the_long_preset_trains_ten_million_tokens_at_tiny_on_a_plateau_then_a_d
     assert cfg.train.checkpoint_every <= cfg.train.eval_every  # resumable, losing at most one interval
     assert (cfg.lr, build_config("lm", preset="long", overrides={"model": "gpt"}).lr) == \
         (AUTO_LR["tiny"]["spen"], AUTO_LR["tiny"]["gpt"])
+
+
+def test_the_second_size_trains_at_the_fresh_budget_s_tokens_per_parameter():
+    from ema_core.lm.sizes import param_count, spen_config
+
+    def per_param(cfg) -> float:
+        tokens = cfg.train.steps * cfg.train.batch * cfg.train.seq_len
+        return tokens / param_count(spen_config(cfg, vocab_size=cfg.data.vocab_size))
+
+    fresh, micro = build_config("lm", preset="fresh"), build_config("lm", preset="fresh_micro")
+    assert (fresh.size, micro.size) == ("tiny", "micro") and micro.data.corpus == fresh.data.corpus
+    assert per_param(micro) == pytest.approx(per_param(fresh), rel=1e-3) == pytest.approx(7.43, abs=0.01)
+    assert micro.train.schedule == "wsd" and micro.train.steps // micro.train.eval_every >= 10
+    # micro's rates were chosen on dev at this very budget: "auto" resolves there, as at tiny.
+    assert (micro.lr, build_config("lm", preset="fresh_micro", overrides={"model": "gpt"}).lr) == \
+        (AUTO_LR["micro"]["spen"], AUTO_LR["micro"]["gpt"])

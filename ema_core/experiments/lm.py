@@ -112,6 +112,13 @@ PRESETS: dict[str, dict] = {
               "train.batch": 8, "train.steps": 5000, "train.warmup": 200, "train.lr": AUTO, "train.schedule": "wsd",
               "train.decay_frac": 0.2, "train.eval_every": 250, "train.eval_tokens": 32_768,
               "train.final_eval_tokens": 65_536, "train.checkpoint_every": 250},
+    # The fresh budget at the second size, at tiny's tokens per parameter: micro has 476,288 parameters
+    # against tiny's 1,378,560, so 1,728 steps of 8 × 256 (3.54M tokens, 7.43 per parameter, as tiny's
+    # 10.24M are).  Warm-up and evaluations keep tiny's shares of the run (4 %, every 1/18).
+    "fresh_micro": {"size": "micro", "data.corpus": "free_prose", "data.vocab_size": 4096, "train.seq_len": 256,
+                    "train.batch": 8, "train.steps": 1728, "train.warmup": 70, "train.lr": AUTO,
+                    "train.schedule": "wsd", "train.decay_frac": 0.2, "train.eval_every": 96,
+                    "train.eval_tokens": 32_768, "train.final_eval_tokens": 65_536, "train.checkpoint_every": 96},
     # One GPU (or a patient CPU).
     "small": {"size": "small", "data.vocab_size": 8192, "train.seq_len": 512, "train.batch": 32, "train.steps": 5000,
               "train.warmup": 250, "train.lr": 1.5e-3, "train.eval_every": 250, "train.eval_tokens": 131_072},
