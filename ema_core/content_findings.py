@@ -988,7 +988,7 @@ def gap_growth(rows: Iterable[Mapping], pool: str = "all", variant: Variant | No
         t_range=(min(p.tokens for p in fitted), max(p.tokens for p in fitted)),
         at=at if at is not None else max(p.tokens for p in fitted), first_pass=first_pass,
         passes_to=max(p.passes for p in fitted) if all(p.passes is not None for p in fitted) else None,
-        interval_from="seeds and residuals" if len(lines) >= 2 else "residuals (one seed)", points=tuple(found),
+        interval_from=_interval_from(len(lines), len(seeds)), points=tuple(found),
         x_mean=x_mean, sxx=sxx, residual_std=math.sqrt(ssr / dof), dof=dof,
         seed_lines=tuple(lines) if len(lines) >= 2 else (), level=level, annealed=annealed)
 
@@ -1094,6 +1094,15 @@ def size_statement(trends: Iterable[SizeTrend]) -> str:
             f"{len(first.sizes)} sizes, not a measurement.")
 
 
+def _interval_from(lines: int, seeds: int) -> str:
+    """Where a growth fit's interval comes from: the seeds' own lines need two seeds with enough points."""
+    if lines >= 2:
+        return "seeds and residuals"
+    if seeds == 1:
+        return "residuals (one seed)"
+    return f"residuals ({lines} of {seeds} seeds with {GROWTH_MIN_POINTS} points of its own)"
+
+
 def tokens_text(t: float) -> str:
     """``"8.19M"``, ``"8B"``: a count of tokens (or parameters) as the statement writes it."""
     if t >= 1e9:
@@ -1121,7 +1130,7 @@ def growth_statement(fits: Iterable[GapGrowth]) -> str:
         return ""
     first = fits[0]
     seeds = f"{first.n_seeds} seed{'' if first.n_seeds == 1 else 's'}"
-    through = (f"{first.n_steps} runs of different lengths, each evaluated once cooled down" if first.annealed
+    through = (f"{first.n_points} runs of {first.n_steps} lengths, each evaluated once cooled down" if first.annealed
                else f"{first.n_steps} evaluations on the plateau")
     fit = (f"the fit ({GROWTH_MODEL} through {through}, {tokens_text(first.t_range[0])} to "
            f"{tokens_text(first.t_range[1])} tokens, {passes_text(first)}, {seeds})")

@@ -207,7 +207,9 @@ def test_annealed_points_are_the_finals_of_one_family_one_per_length():
     # Each final is the line plus the cool-down's shift: the slope is the plateau's, the intercept moves.
     assert fit.annealed and fit.n_steps == 3 and fit.n_seeds == 3
     assert fit.b == pytest.approx(TRUE["all"][1], abs=1e-9) and fit.a == pytest.approx(TRUE["all"][0] + 0.3, abs=1e-9)
-    assert "3 runs of different lengths, each evaluated once cooled down" in growth_statement([fit])
+    assert "9 runs of 3 lengths, each evaluated once cooled down" in growth_statement([fit])
+    subtitle = " ".join(growth_chart([fit]).to_dict()["title"]["subtitle"])
+    assert "through the finals of runs of several lengths, each cooled down" in subtitle
     # Two lengths are not a line with an interval.
     assert gap_growth(_lengths((2500, 5000)), annealed=True) is None
 
@@ -390,7 +392,7 @@ def test_the_page_fits_the_annealed_finals_of_every_length_of_the_settings_picke
     assert any(m.value.startswith("**Annealed points**") for m in at.markdown)
     fits = [gap_growth(rows, pool, first_pass=True, annealed=True) for pool in GROWTH_POOLS]
     said = growth_statement(fits)
-    assert any(m.value == said for m in at.markdown) and "3 runs of different lengths" in said
+    assert any(m.value == said for m in at.markdown) and "6 runs of 3 lengths" in said
     table = next(t.value for t in at.table if "runs" in t.value.columns)
     assert list(table["runs"]) == [3, 3] and list(table["seeds"]) == [2, 2]
     assert {"content_growth_dl_annealed_csv", "content_growth_chart_annealed_svg"} <= {
@@ -423,3 +425,11 @@ def test_the_page_says_what_would_make_the_fit_when_there_are_too_few_points(tmp
     titles = [json.dumps(json.loads(c.proto.spec).get("title")) for c in at.get("vega_lite_chart")]
     assert not any("How the gap grows" in t for t in titles)
     assert not any(b.key.startswith("content_growth") for b in at.get("download_button"))
+
+
+def test_an_annealed_fit_with_one_seed_at_every_length_says_where_its_interval_comes_from():
+    # Seed 0 at every length, seeds 1 and 2 at the longest only: one seed has a line of its own.
+    rows = [r for r in _lengths() if r["seed"] == 0 or r["steps"] == 5000]
+    fit = gap_growth(rows, annealed=True)
+    assert fit.n_points == 5 and fit.n_steps == 3 and fit.n_seeds == 3 and not fit.seed_lines
+    assert fit.interval_from == "residuals (1 of 3 seeds with 3 points of its own)"

@@ -372,7 +372,8 @@ def growth_chart(fits: Iterable[GapGrowth]) -> alt.LayerChart:
         x=x, y=y, tooltip=[alt.Tooltip("label:N", title="the paper")])
     note = alt.Chart(paper).mark_text(align="right", dx=-10, dy=-10, color=palette.REFERENCE_COLOR).encode(
         x=x, y=y, text="label:N")
-    which = "the first pass's plateau points" if fits[0].first_pass else "the plateau's points"
+    which = ("the finals of runs of several lengths, each cooled down" if fits[0].annealed
+             else "the first pass's plateau points" if fits[0].first_pass else "the plateau's points")
     sub = (f"{fits[0].variant} ÷ GPT perplexity against training tokens; points measured (mean across seeds; faint: "
            f"each seed; hollow: not fitted); line: {GROWTH_MODEL} through {which} ({passes_text(fits[0])})"
            + (f", dashed beyond them: extrapolated; band: {100 * fits[0].level:g} % interval; diamond: the paper"
