@@ -1043,14 +1043,15 @@ class SizeTrend(_LogLine):
 
 def size_trend(rows: Iterable[Mapping], pool: str = "all", variant: Variant | None = None,
                level: float = GROWTH_LEVEL) -> SizeTrend | None:
-    """The gap against model size: the annealed finals (:func:`growth_points`, ``annealed``) of every size on
-    one corpus at one tokens-per-parameter, the one where the most sizes meet (then the most points); None
+    """The gap against model size: the annealed first-pass finals (:func:`growth_points`, ``annealed``) of every
+    size on one corpus at one tokens-per-parameter, the one where the most sizes meet (then the most points); None
     when no two sizes meet, or with fewer than three points."""
     rows = rows if isinstance(rows, list) else list(rows)
     variant = variant if variant is not None else gap_variant(rows)
     if variant is None:
         return None
-    found = [p for p in growth_points(rows, pool, variant, annealed=True) if p.params and p.size]
+    # On the first pass only, as every fit that is extended: a size that repeats its text memorises it.
+    found = [p for p in growth_points(rows, pool, variant, annealed=True) if p.params and p.size and p.first_pass]
     buckets: dict[tuple, list[GrowthPoint]] = {}
     for p in found:
         buckets.setdefault((str(p.corpus), f"{p.tokens / p.params:.2g}"), []).append(p)

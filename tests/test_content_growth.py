@@ -244,7 +244,7 @@ def test_the_size_trend_recovers_a_known_slope_at_matched_tokens_per_parameter()
     rows = []
     for size, params, steps in (("micro", 476_288, 1728), ("tiny", 1_378_560, 5000)):
         budget = {**LONG, "steps": steps, "every": steps}
-        part = _rows(budget=budget, family=size, size=size, params=params, off_plateau=0.0)
+        part = _rows(budget=budget, family=size, size=size, params=params, off_plateau=0.0, train_tokens=12_000_000)
         t = steps * LONG["per_step"]
         shift = c + d * math.log10(params) - _deltas(t, 0, None)[0]  # move the final onto the size line
         for r in part:
@@ -259,7 +259,8 @@ def test_the_size_trend_recovers_a_known_slope_at_matched_tokens_per_parameter()
     said = size_statement([trend])
     assert said.startswith("At 7.43 training tokens per parameter") and "an extrapolation over 2.0 decades" in said
     assert "from 2 sizes" in said and "not a measurement" in said
-    # One size alone, or two at different tokens per parameter, make no trend.
+    # Past one pass, one size alone, or two at different tokens per parameter: no trend.
+    assert size_trend([{**r, "train_tokens": 1_000_000} for r in rows]) is None
     assert size_trend([r for r in rows if r["size"] == "tiny"]) is None
     assert size_trend([r for r in rows if r["size"] == "tiny" or r["step"] != 1728]) is None
 
