@@ -135,11 +135,11 @@ def _sizes(trends: list[SizeTrend]) -> None:
     rows = []
     for t in trends:
         for size, params, delta, seeds in t.sizes:
-            rows.append({"tokens": t.label, "size": size, "parameters": tokens_text(params), "seeds": seeds,
+            rows.append({"tokens": t.label, "size": size, "parameters": tokens_text(params), "seeds": str(seeds),
                          "SPEN ÷ GPT (measured)": ratio_text(math.exp(delta))})
         lo, hi = t.ratio_interval(t.at)
         rows.append({"tokens": t.label, "size": "the paper's (extrapolated)", "parameters": tokens_text(t.at),
-                     "seeds": None, "SPEN ÷ GPT (measured)": f"{ratio_text(t.ratio(t.at))} [{ratio_text(lo)}, "
+                     "seeds": "", "SPEN ÷ GPT (measured)": f"{ratio_text(t.ratio(t.at))} [{ratio_text(lo)}, "
                                                              f"{ratio_text(hi)}], extrapolated"})
     shown = pd.DataFrame(rows)
     st.table(shown, hide_index=True)

@@ -306,7 +306,8 @@ def test_the_chart_draws_both_pools_measured_fitted_and_extrapolated():
 
 # -- the page --------------------------------------------------------------------------------------------
 
-def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_000_000, lengths=(LONG["steps"],)):
+def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_000_000, lengths=(LONG["steps"],),
+           preset="long", params=900_000, overrides=None):
     """SPEN linear and its GPT at the long preset's settings (trained to each of ``lengths`` steps), their
     periodic evaluations split by token class with a known Δ (synthetic: no training), written and ingested
     as a finished job leaves them."""
@@ -317,15 +318,15 @@ def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_00
         for model, s, steps in ((m, s, n) for n in lengths for m in ("gpt", "spen") for s in seeds):  # a run each
             rows = _rows(seeds=seeds, noise=noise, schedule=schedule, budget={**LONG, "steps": steps},
                          off_plateau=0.2)
-            cfg = build_config("lm", preset="long", seed=s, overrides={
+            cfg = build_config("lm", preset=preset, seed=s, overrides={
                 "model": model, "predictor": "linear", "attn_input": "state", "train.schedule": schedule,
-                "train.steps": steps})
+                "train.steps": steps, **(overrides or {})})
             mine = [r for r in rows if r["seed"] == s and r["model"] == model]
             loss = {(r["evaluation"], r["step"]): 0.0 for r in mine}
             for r in mine:
                 loss[(r["evaluation"], r["step"])] += r["loss"] / sum(TOKENS.values())
             final = loss[("final", steps)]
-            summary = {"model": model, "params": 900_000, "tokens": steps * LONG["per_step"],
+            summary = {"model": model, "params": params, "tokens": steps * LONG["per_step"],
                        "val_loss": final, "val_ppl": math.exp(final), "val_bpb": final / 1.6, "corpus": "austen",
                        "vocab_size": cfg.data.vocab_size, "size": cfg.size, "seconds": 1.0, "lr": cfg.lr,
                        "lr_auto": True, "train_tokens": train_tokens}
@@ -434,3 +435,21 @@ def test_an_annealed_fit_with_one_seed_at_every_length_says_where_its_interval_c
     fit = gap_growth(rows, annealed=True)
     assert fit.n_points == 5 and fit.n_steps == 3 and fit.n_seeds == 3 and not fit.seed_lines
     assert fit.interval_from == "residuals (1 of 3 seeds with 3 points of its own)"
+
+
+def test_the_page_sets_two_sizes_side_by_side_at_matched_tokens_per_parameter(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    _store(home, seeds=(0, 1), params=1_378_560)
+    # micro's budget: 1,728 steps of 2,048 tokens, 7.43 per parameter as tiny's 5,000 (read on Austen here).
+    _store(home, seeds=(0, 1), params=476_288, lengths=(1728,), preset="fresh_micro",
+           overrides={"data.corpus": "austen"})
+    monkeypatch.setenv("EMALAB_HOME", str(home))
+    at = ok(open_page("pages/content.py"))
+    said = size_statement([t for t in (size_trend(lm_token_class_pairs(None, "final").to_dict("records"), pool)
+                                       for pool in GROWTH_POOLS)])
+    assert said.startswith("At 7.43 training tokens per parameter") and "from 2 sizes" in said
+    assert any(m.value == said for m in at.markdown)
+    table = next(t.value for t in at.table if "SPEN ÷ GPT (measured)" in t.value.columns)
+    assert list(table["size"][:3]) == ["micro", "tiny", "the paper's (extrapolated)"]
+    assert list(table["seeds"][:3]) == ["2", "2", ""]
+    assert "content_gap_by_size_dl_csv" in {b.key for b in at.get("download_button")}
