@@ -9,7 +9,7 @@ import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.lm.rates import AUTO_LR, resolve_lr
-from ema_core.lm.sizes import ModelChoice, build_model
+from ema_core.lm.sizes import ModelChoice, build_model, param_count, spen_config
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.token_classes import BANDS, CLASSES, SPLITS
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, batch_at, evaluate, lr_at, train_lm
@@ -302,8 +302,6 @@ def test_the_long_preset_trains_ten_million_tokens_at_tiny_on_a_plateau_then_a_d
 
 
 def test_the_second_size_trains_at_the_fresh_budget_s_tokens_per_parameter():
-    from ema_core.lm.sizes import param_count, spen_config
-
     def per_param(cfg) -> float:
         tokens = cfg.train.steps * cfg.train.batch * cfg.train.seq_len
         return tokens / param_count(spen_config(cfg, vocab_size=cfg.data.vocab_size))
