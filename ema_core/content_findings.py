@@ -1081,11 +1081,14 @@ def size_statement(trends: Iterable[SizeTrend]) -> str:
     if not trends:
         return ""
     first = trends[0]
-    sizes = ", ".join(f"{ratio_text(math.exp(d))} at {size} ({tokens_text(n)} parameters, {k} seed{'' if k == 1 else 's'})"
-                      for size, n, d, k in first.sizes)
-    said = " and ".join(
-        f"{ratio_text(t.ratio(t.at))} [{ratio_text(t.ratio_interval(t.at)[0])}, {ratio_text(t.ratio_interval(t.at)[1])}]"
-        f" on {t.label}" for t in trends)
+    sizes = ", ".join(f"{ratio_text(math.exp(d))} at {size} ({tokens_text(n)} parameters, "
+                      f"{k} seed{'' if k == 1 else 's'})" for size, n, d, k in first.sizes)
+
+    def at_paper(t: SizeTrend) -> str:
+        lo, hi = t.ratio_interval(t.at)
+        return f"{ratio_text(t.ratio(t.at))} [{ratio_text(lo)}, {ratio_text(hi)}] on {t.label}"
+
+    said = " and ".join(at_paper(t) for t in trends)
     return (f"At {first.tokens_per_param:.2f} training tokens per parameter, each size's run cooled down at the "
             f"end: {first.variant} ÷ GPT perplexity {sizes} (all tokens); Δ moves by {first.b:+.4f} nats/token per "
             f"decade of parameters. Extended to the paper's {tokens_text(first.at)} parameters at the same "

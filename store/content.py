@@ -263,8 +263,8 @@ def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, 
     counts them), train_tokens (the training split's size, null for a run stored before the summary held
     it: tokens_seen ÷ train_tokens is the passes over it), family_id (a short hash of the comparable config
     less train.steps: runs of one family differ only in length), size, corpus, params (the run's parameter
-    count), partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no tokens).  Only runs with a finite final loss on ``split``;
-    empty for runs stored before the split.
+    count), partition, class, tokens, loss (summed nats), loss_per_token (null for a class with no tokens).
+    Only runs with a finite final loss on ``split``; empty for runs stored before the split.
     """
     sql = f"""
         WITH {_LM_EVAL_ROWS}
