@@ -115,8 +115,8 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
         "seq_len": base.train.seq_len, "size": base.size, "corpus": base.data.corpus,
         # per model: a preset may give each model its own rate (train.lr=auto, resolved as a run resolves it)
         "preset_lr": {m: _preset_lr(preset, m, overrides) for m in models},
-        "preset_warmup": base.train.warmup if not steps else build_config(
-            "lm", preset=preset, overrides={**(overrides or {}), "train.lr": lrs[0]}).train.warmup,
+        "preset_warmup": build_config("lm", preset=preset,
+                                      overrides={**(overrides or {}), "train.lr": lrs[0]}).train.warmup,
         "train_tokens": int(train.size), "dev_tokens": int(dev.size), "held_out_read": False,
         "overrides": overrides or {}, "rows": rows, "choice": choice, "device": str(device),
         "machine": machine_info(),
@@ -146,7 +146,8 @@ def print_report(r: dict) -> None:
               f"{row['dev_bpb']:8.4f} {row['seconds']:7.1f}")
     for model, c in r["choice"].items():
         print(f"choice for {model}: lr {c['lr']:g}, warm-up {c['warmup']} (dev loss {c['dev_loss']:.4f}, "
-              f"{c['seeds']} seed(s)); the preset has lr {_rate_text(r['preset_lr'][model])}, warm-up {r['preset_warmup']}")
+              f"{c['seeds']} seed(s)); the preset has lr {_rate_text(r['preset_lr'][model])}, "
+              f"warm-up {r['preset_warmup']}")
     m = r["machine"]
     print(f"machine: {m['cpu']}, {m['cores_usable']} usable cores, torch {m['torch']}, "
           f"{m['torch_threads']} threads, load {m['loadavg_start']} before the run; device {r['device']}")
