@@ -5,7 +5,7 @@
                              [--dev-tokens 65536] [--workers 2] [--json]
 
 Each (rule, depth, rate, seed) trains the depth experiment's own cell
-(:func:`ema_core.experiments.depth.run_cell`: its model, loop and budget) and is scored by its mean loss
+(:func:`ema_core.studies.depth.experiment.run_cell`: its model, loop and budget) and is scored by its mean loss
 on a **dev slice**: the last ``--dev-tokens`` tokens of the training stream, cut off before training
 (:func:`bench.lm_lr.dev_split`), so neither the held-out novel nor any training window is read to
 choose.  Every rate of a (rule, depth) sees the same initial weights and batches.
@@ -18,7 +18,7 @@ seeds a rate scores its worst seed (a rate that diverges on one seed is not chos
 rate.  ``--check-seeds`` trains each (rule, depth)'s best rung and the rung below it on more seeds, and
 keeps the one whose worst seed is lower (where that is the lower rung, the next one down is tried, and
 so on): the search climbs to the edge of stability on its seed, and a rate there may diverge on the
-next.  The choice is what :data:`ema_core.experiments.depth.AUTO_LR` holds (docs/benchmarks.md).
+next.  The choice is what :data:`ema_core.studies.depth.experiment.AUTO_LR` holds (docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from bench.machine import machine_info
 from ema_core.depth import RULES
 from ema_core.experiments import NullReporter, build_config
 from ema_core.experiments.cells import one_thread, run_parallel
-from ema_core.experiments.depth import lm_streams, run_cell
+from ema_core.studies.depth.experiment import lm_streams, run_cell
 from ema_core.lm.train import Streams
 
 DEFAULT_START = (2e-3, 2.83e-3, 4e-3)

@@ -4,7 +4,7 @@
 
 Runs the ``structure`` kind in this process for each seed (the same code a job runs) and prints
 each headline figure as mean ± std across seeds, with the per-seed values, then the paper's claims
-judged and the findings stated by the rule the Structure page states (``ema_core.structure_findings``).
+judged and the findings stated by the rule the Structure page states (``ema_core.studies.structure.findings``).
 ``--set`` changes a setting for every seed (an ablation: ``--set context_gain=0``).  Settings are
 chosen on dev numbers only, by ``python -m bench.structure_tune``; this script reports the scored splits.
 """
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from ema_core.experiments import REGISTRY, NullReporter, build_config
-from ema_core.structure_findings import VERDICT_RULE, claim_measures, claim_verdicts, findings, pair_stats, spread
+from ema_core.studies.structure.findings import VERDICT_RULE, claim_measures, claim_verdicts, findings, pair_stats, spread
 
 # (label, path into the summary): the rows of the printed table, the paper's comparisons first.
 FIGURES = (
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         if vals:
             rows.append({"figure": label, "mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
                          "per_seed": vals})
-    # The paper's claims and the findings, by the rule the page states (ema_core.structure_findings).
+    # The paper's claims and the findings, by the rule the page states (ema_core.studies.structure.findings).
     measures = [claim_measures(s) for s in summaries]
     claims = claim_verdicts({m: spread(v[m] for v in measures) for m in measures[0]}) if measures else []
     stated = findings(pair_stats(tables))

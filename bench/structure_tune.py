@@ -2,7 +2,7 @@
 
     python -m bench.structure_tune [--preset quick] [--seeds 0-2] [--grid 0,1,2,4,8,16,32] [--set key=value ...] [--json]
 
-For each γ and seed it calls ``ema_core.experiments.structure.tune``, which draws the training
+For each γ and seed it calls ``ema_core.studies.structure.experiment.tune``, which draws the training
 sentences, dev (the last fifth of them) and novel_dev (sentences whose open-class words come from
 the *tuning pool*, ids 273..398, never those of the scored novel split) and nothing else: no test,
 novel or deep sentence is drawn, so none can steer the choice.  SPCN trains on train, each probe's
@@ -25,7 +25,7 @@ import numpy as np
 
 from bench.structure import seed_list
 from ema_core.experiments import build_config
-from ema_core.experiments.structure import NGRAM_BASELINE, SPCN_HEADLINE, tune
+from ema_core.studies.structure.experiment import NGRAM_BASELINE, SPCN_HEADLINE, tune
 
 RULE = ("γ maximising the seeds' mean of ½ (dev accuracy + novel_dev accuracy) of the trace probe; "
         "a tie goes to the smaller γ")

@@ -406,7 +406,7 @@ def window_features(traces: np.ndarray, starts: np.ndarray, window: int, K: int,
 
     Columns are ordered (window step, rate, channel), so a single rate's columns are a regular
     slice pattern (see :func:`feature_sets`).  Shared with the dilution sweep
-    (:mod:`ema_core.experiments.dilution_sweep`), whose decoder reads the very same features.
+    (:mod:`ema_core.studies.dilution.experiment`), whose decoder reads the very same features.
     """
     idx = starts[:, None] - np.arange(window)[None, :]  # (n, window)
     return traces[idx].reshape(len(starts), window * K * D)

@@ -1,7 +1,7 @@
 """The dilution study's configs: the random token stream, its stored traces, and how they are decoded.
 
 Read by the closed-form measurement (:mod:`ema_core.dilution`), its page, and the trained sweep
-(:mod:`ema_core.experiments.dilution_sweep`, whose ``stream`` group is :class:`StreamConfig` whole).
+(:mod:`ema_core.studies.dilution.experiment`, whose ``stream`` group is :class:`StreamConfig` whole).
 A module of its own, pydantic only, rather than part of :mod:`ema_core.dilution`: that module
 brings pandas, scipy and numba (1.1 s to import), which the registry, and so every CLI command and
 every worker, would then pay for a config class.

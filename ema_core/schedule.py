@@ -7,7 +7,7 @@
 
 Pure functions of the step, returning the fraction of the peak rate: a trainer multiplies its own
 rate by it (the language models of :mod:`ema_core.lm.train`, the boundary map's cells in
-:mod:`ema_core.boundary`).  ``warmup_cosine`` is every trainer's default; ``warmup_stable_decay``
+:mod:`ema_core.studies.boundary.tasks`).  ``warmup_cosine`` is every trainer's default; ``warmup_stable_decay``
 holds the peak rate until a short final decay, so that an evaluation made during the plateau is one
 of a model still training at its rate, comparable from one step to the next (a cosine's
 intermediate points are each at a different rate) — what a curve over training tokens needs.

@@ -20,18 +20,16 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from ema_core.studies import STUDIES
+
 _routed = False
 
 # The app's pages in the navigation's order: (file stem in pages/, title, icon).  The first is the
-# default, served at "/"; every other page's URL path is its stem.
+# default, served at "/"; every other page's URL path is its stem.  Each study brings its own
+# (ema_core.studies: its ``pages``), between the Overview and the pages every study shares.
 NAV: tuple[tuple[str, str, str], ...] = (
     ("overview", "Overview", ":material/home:"),
-    ("dilution", "Trace dilution", ":material/blur_on:"),
-    ("depth_explorer", "Depth explorer", ":material/layers:"),
-    ("structure", "Structure", ":material/account_tree:"),
-    ("content", "Content", ":material/menu_book:"),
-    ("boundary", "Boundary map", ":material/grid_on:"),
-    ("depth", "Depth dilution", ":material/stacked_line_chart:"),
+    *((p.stem, p.title, p.icon) for study in STUDIES.values() for p in study.pages),
     ("jobs", "Jobs", ":material/work_history:"),
     ("export", "Export", ":material/ios_share:"),
 )

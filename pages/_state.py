@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.rundir import RESUMABLE_STATES, emalab_home
-from ema_core.scoreboard import STUDIES
+from ema_core.studies import STUDIES
 from jobs.runner import LocalRunner, existing_run, next_free_seed
 from store import StorageError, StoreError, config_id, config_without_seed, ingest
 
@@ -103,11 +103,21 @@ class ResultPage(NamedTuple):
     picks: str | None = None
 
 
-# Where a kind's finished runs are shown: each judged study on its own page (ema_core.scoreboard.STUDIES,
-# whose run picker is keyed "<page>_runs"), the dilution sweep's tables on Export, re-evaluations on Content.
-RESULT_PAGES = {"dilution": ResultPage("pages/export.py", "Export", "export_runs"),
-                **{s.kind: ResultPage(s.page, s.title, f"{Path(s.page).stem}_runs") for s in STUDIES.values()},
-                "lm_eval": ResultPage(STUDIES["content"].page, STUDIES["content"].title)}
+def _result_pages() -> dict[str, ResultPage]:
+    """Where a kind's finished runs are shown: a judging study's own kind on its main page (whose run
+    picker is keyed "<page>_runs"), its other kinds there too (re-evaluations on Content), and a study
+    with no page of runs (the dilution sweep, a study without pages) in its tables on Export."""
+    out = {}
+    for s in STUDIES.values():
+        for kind in s.kinds:
+            if s.page is None or not s.judges:
+                out[kind] = ResultPage("pages/export.py", "Export", "export_runs")
+            else:
+                out[kind] = ResultPage(s.page, s.title, f"{Path(s.page).stem}_runs" if kind == s.kind else None)
+    return out
+
+
+RESULT_PAGES = _result_pages()
 
 
 def result_link(kind: str, run_ids: Collection[str] = (), label: str | None = None) -> None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ema_core.boundary_findings import (FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS, VERDICT_RULE,
+from ema_core.studies.boundary.findings import (FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS, VERDICT_RULE,
                                        claim_verdicts, claims_and_checks, measured_order, recall_frontier,
                                        recipe_failures_text, runs_reach, undertrained_text)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.boundary import (boundary_frame, crossing_chart, crossing_frame, dev_curve_chart, dose_frame,
+from ema_core.studies.boundary.figures import (boundary_frame, crossing_chart, crossing_frame, dev_curve_chart, dose_frame,
                                        dose_response_chart, heat_map, mixer_order, mqar_chart, recall_state_chart,
                                        recall_state_frame, task_label, task_order)
 from ema_core.mixers import MIXER_NAMES
-from ema_core.scoreboard import boundary_scores
+from ema_core.studies.boundary.findings import scores as boundary_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, query, read_store

@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from ema_core.content_findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, HEADLINE_RULE,
+from ema_core.studies.content.findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GAP_PREDICTION, GAP_RULE, HEADLINE_RULE,
                                       PAPER_GPT_PPL, PAPER_RATIO, PAPER_SPEN_PPL, PARTITION_LABELS, PARTITIONS,
                                       VERDICT_DECIMALS, VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_verdict,
                                       class_gaps, class_label, gap_verdicts, headline_verdict, lm_variant_label,
                                       variant_class_deltas, verdict_number)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.experiments.lm_eval import KIND as REEVAL_KIND
-from ema_core.experiments.lm_eval import TrainedRun, load_trained, trained_run
-from ema_core.figures.content import (SMOOTHING, class_gap_chart, class_gap_frame, lm_ablation_chart,
+from ema_core.studies.content.evaluation import KIND as REEVAL_KIND
+from ema_core.studies.content.evaluation import TrainedRun, load_trained, trained_run
+from ema_core.studies.content.figures import (SMOOTHING, class_gap_chart, class_gap_frame, lm_ablation_chart,
                                       lm_ablation_frame, lm_curve_chart, lm_curve_frame, token_class_curves,
                                       variant_delta_frame)
 from ema_core.lm.data import CorpusConfig
@@ -25,7 +25,7 @@ from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.trained import MODEL_ARTIFACT, held_out_passages
 from ema_core.palette import LM_VARIANTS
 from ema_core.rundir import RunDir, emalab_home
-from ema_core.scoreboard import ablation_score, gap_scores, headline_score
+from ema_core.studies.content.findings import ablation_score, gap_scores, headline_score
 from pages._content_growth import growth_section
 from pages._router import ensure_router
 from pages._sources import check_sources
@@ -304,7 +304,7 @@ def _verdict_cell(v: float) -> str:
 
 
 def _gap_table(frame: pd.DataFrame, split, what: str) -> tuple[pd.DataFrame, list[str]]:
-    """The gap table of a :class:`~ema_core.content_findings.GapSplit` (its ``class_gap_frame``), shown on the
+    """The gap table of a :class:`~ema_core.studies.content.findings.GapSplit` (its ``class_gap_frame``), shown on the
     page, and the n-gram baselines it holds a column of.  Shares as percentages, on screen and in the
     downloads alike; the baselines' columns beside the GPT's (the loss on each class with no network)."""
     table = frame.assign(token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],

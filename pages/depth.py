@@ -7,13 +7,13 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.depth import RULE_LABELS, RULES
-from ema_core.depth_findings import (PREDICTED_ORDER, REMIX_SHARE, VERDICT_RULE, blocks, by_budget, claim_verdicts,
+from ema_core.studies.depth.findings import (PREDICTED_ORDER, REMIX_SHARE, VERDICT_RULE, blocks, by_budget, claim_verdicts,
                                      claims_and_checks, depth_statement, measured_order)
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.depth import (DEPTH_METRICS, budget_chart, budget_frame, budget_label, budget_loss_frame,
+from ema_core.studies.depth.figures import (DEPTH_METRICS, budget_chart, budget_frame, budget_label, budget_loss_frame,
                                     depth_frame, depth_metric_chart, rate_source, rates_frame, remix_frame,
                                     trajectory_chart, trajectory_frame, weights_frame, weights_map)
-from ema_core.scoreboard import depth_scores
+from ema_core.studies.depth.findings import scores as depth_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
 from pages._router import ensure_router
 from pages._state import finished_runs, from_url, launch, pick_config_seeds, query, read_store, to_url

@@ -29,7 +29,7 @@ from ema_core.depth.explorer import (
 from ema_core.dilution import IdentityResult, limit_sentences, limit_summary, measure_identity
 from ema_core.dilution import analytic_frame as time_analytic_frame
 from ema_core.dilution_config import Decoder, Precision
-from ema_core.figures.depth import (
+from ema_core.studies.depth.figures import (
     explorer_depth_sweep_chart,
     explorer_horizon_frame,
     explorer_identity_charts,
@@ -37,7 +37,7 @@ from ema_core.figures.depth import (
     explorer_trace_label,
     explorer_weight_charts,
 )
-from ema_core.figures.dilution import horizon_frame
+from ema_core.studies.dilution.figures import horizon_frame
 from pages._router import ensure_router
 from pages._ui import (
     NOISE_STEPS,

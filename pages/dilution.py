@@ -21,7 +21,7 @@ from ema_core.dilution import (
     measure_footprint,
     measure_identity,
 )
-from ema_core.figures.dilution import horizon_frame, identity_chart, lag_weight_chart, rate_roles, sir_chart
+from ema_core.studies.dilution.figures import horizon_frame, identity_chart, lag_weight_chart, rate_roles, sir_chart
 from pages._router import ensure_router
 from pages._ui import (
     NOISE_STEPS,

@@ -7,8 +7,9 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.experiments import lm as lm_experiment
-from ema_core.scoreboard import OUTCOMES, RULE_LINE, STUDIES, missing_seeds
+from ema_core.studies.content import experiment as lm_experiment
+from ema_core.scoreboard import OUTCOMES, RULE_LINE, missing_seeds
+from ema_core.studies import STUDIES
 from ema_core.verdicts import RULE_AS_TEST, VERDICT_MIN_SEEDS, VERDICT_WORDS
 from pages._router import ensure_router
 from pages._state import launch, read_store, result_link
@@ -25,22 +26,6 @@ st.markdown(
     "context — an exponential moving average $h_t = (1-\\alpha)h_{t-1} + \\alpha x_t$ — keeps "
     "structure, and where it loses content. Every number on these pages comes from runs made here."
 )
-
-# The paper's claim each study tests, in its own words, with where the paper says it.
-PAPER_CLAIMS = {
-    "dilution": ("Fixed-decay traces dilute token identity: the token at lag k keeps weight α(1−α)^k, whatever it "
-                 "was.", "abstract", "pages/dilution.py", "Trace dilution"),
-    "structure": ("Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero "
-                  "labels.", "abstract, summaries"),
-    "content": ("Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, and "
-                "swapping its predictor for attention changes nothing.", "abstract, summaries"),
-    "boundary": ("The boundary itself: fixed-decay EMA < fixed-decay linear attention < data-dependent decay < "
-                 "softmax attention, structure kept and content lost as the distance grows — argued in the paper, "
-                 "measured here on the same tasks for every mechanism.", "title, discussion"),
-    "depth": ("Fixed-coefficient accumulation dilutes across depth too: a residual stream adds every block's write "
-              "with weight 1, and only learned, input-dependent selection fixes it (fixed sum < static weights < "
-              "input-dependent, the gap growing with depth).", "abstract, summaries"),
-}
 
 board: list[Judged] = read_store(scoreboard)
 scores = [s for j in board for s in j.scores]
@@ -89,9 +74,8 @@ def more_seeds(j: Judged):
 st.subheader("The paper's claims, and where they are tested")
 for j in board:
     study = STUDIES[j.study]
-    claim, source = PAPER_CLAIMS[j.study]
     with st.container(border=True, key=f"overview_study_{j.study}"):
-        st.markdown(f"#### {study.title}\n{claim}  \n*Source: {source}.*")
+        st.markdown(f"#### {study.title}\n{study.claim}  \n*Source: {study.source}.*")
         # The link opens the page on the runs judged here, whichever its own default would be.
         result_link(study.kind, j.run_ids, label=f"Tested on: {study.title}")
         if not j.run_ids:
@@ -115,12 +99,13 @@ for j in board:
                          key=f"overview_more_{j.study}", icon=":material/add_task:"):
                 launch(lambda j=j: more_seeds(j), preset=None)
 
-with st.container(border=True, key="overview_study_dilution"):
-    claim, source, page, title = PAPER_CLAIMS["dilution"]
-    st.markdown(f"#### {title}\n{claim}  \n*Source: {source}.*")
-    st.caption("Computed in closed form and by decoders trained on the spot: the weights hold by construction, so "
-               "nothing here is judged as a reproduction.")
-    st.page_link(page, label=f"Tested on: {title}", icon=":material/arrow_forward:")
+for study in STUDIES.values():
+    if study.judges or study.page is None:
+        continue
+    with st.container(border=True, key=f"overview_study_{study.name}"):
+        st.markdown(f"#### {study.title}\n{study.claim}  \n*Source: {study.source}.*")
+        st.caption(study.not_judged)
+        st.page_link(study.page, label=f"Tested on: {study.title}", icon=":material/arrow_forward:")
 
 summary = read_store(store_summary)
 st.subheader("The store")

@@ -6,10 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.figures.structure import (ROLE_MODELS, probe_control_chart, probe_control_frame,
+from ema_core.studies.structure.figures import (ROLE_MODELS, probe_control_chart, probe_control_frame,
                                         role_accuracy_chart, role_accuracy_frame)
-from ema_core.scoreboard import structure_scores
-from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
+from ema_core.studies.structure.findings import scores as structure_scores
+from ema_core.studies.structure.findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from pages._router import ensure_router
 from pages._state import finished_runs, launch, pick_config_seeds, read_store
 from pages._ui import chart_with_downloads, table_downloads, unbroken

@@ -26,16 +26,19 @@ from .queries import (GROUPABLE, bench_figures, config_diff, config_id, config_w
                       list_runs, metric_keys, metric_series, query_frame, run_detail, store_summary)
 from .schema import SCHEMA_VERSION
 
-# Imported here, so that their tables are registered (queries.GROUPABLE, export.EXPORT_TABLES)
-# whichever module of the store is imported first; in the paper's order, the order exports list them.
-from . import dilution, structure, content, boundary, depth  # isort: skip
+# Each study's queries (store/<study>.py, where it has SQL of its own) are imported here, so that their
+# tables are registered (queries.GROUPABLE, export.EXPORT_TABLES) whichever module of the store is
+# imported first; in the studies' order, the order exports list them.
+from .studies import load_study_modules  # isort: skip
+
+load_study_modules()
 
 __all__ = [
     "DamagedStoreError", "EMPTY", "EXPORT_TABLES", "FORMATS", "ForeignStoreError", "GROUPABLE", "NotAStoreError",
     "ResultError", "SCHEMA_VERSION", "StorageError", "StoreBusy", "StoreError", "StoreVersionError",
-    "UnknownRunError", "bench_figures", "boundary", "check", "config_diff", "config_id", "config_without_seed",
-    "content", "depth", "dilution", "export_table", "exports_dir", "final_metrics", "grouped", "ingest",
+    "UnknownRunError", "bench_figures", "check", "config_diff", "config_id", "config_without_seed",
+    "export_table", "exports_dir", "final_metrics", "grouped", "ingest",
     "list_runs", "mean_std_cells", "metric_keys", "metric_series", "migrate", "migrate_store", "normalise_tags",
     "open_store", "query_frame", "record_bench", "render_table", "run_detail", "run_notes", "set_note", "store_path",
-    "store_summary", "structure", "table_frame", "tags_in_use",
+    "store_summary", "table_frame", "tags_in_use",
 ]

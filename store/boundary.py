@@ -1,6 +1,6 @@
 """The boundary study's queries (PAPER.md §4.4): every context mixer's accuracy on structure and content
 tasks, distance by distance; recall against state size; every rate's dev curve.  Its runs are
-``queries.list_runs(kind="boundary")``; its verdicts are :mod:`ema_core.boundary_findings`' on the
+``queries.list_runs(kind="boundary")``; its verdicts are :mod:`ema_core.studies.boundary.findings`' on the
 ``boundary_accuracy`` rows."""
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ema_core.boundary_findings import TASK_ORDER
 from ema_core.mixers import MIXER_NAMES
+from ema_core.studies.boundary import KIND
+from ema_core.studies.boundary.findings import TASK_ORDER, claim_verdicts, runs_reach, scores
 
 from . import export
-from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, register_run_table
+from .queries import RUN_FILTER, RunIds, RunTable, id_list, list_runs, query_frame, register_run_table
+from .scoreboard import Judged, judge_best, row_seeds
 
 
 def boundary_accuracy(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
@@ -77,14 +79,14 @@ def boundary_recall_state(run_ids: RunIds = None, *, home: Path | None = None) -
 
 def run_figures(rows: pd.DataFrame) -> list:
     """The figures of one run's exported rows (the Export page offers them as SVG/PNG)."""
-    from ema_core.figures.boundary import run_figures as draw  # altair: when a figure is drawn, not on `import store`
+    from ema_core.studies.boundary.figures import run_figures as draw  # altair: when a figure is drawn, not on `import store`
 
     return draw(rows)
 
 
 def recall_figures(rows: pd.DataFrame) -> list:
     """The figure of one run's exported recall-against-state rows."""
-    from ema_core.figures.boundary import recall_figures as draw  # altair: when drawn, not on `import store`
+    from ema_core.studies.boundary.figures import recall_figures as draw  # altair: when drawn, not on `import store`
 
     return draw(rows)
 
@@ -109,3 +111,15 @@ export.register_table("boundary_accuracy", "test accuracy of every context mixer
 export.register_table("boundary_dev_curve", "dev accuracy of every learning rate of every cell at every evaluation")
 export.register_table("boundary_recall_state", "MQAR test accuracy against the state a mixer keeps, at several "
                                                "model widths", figures=recall_figures)
+
+
+def judged(home: Path | None = None) -> Judged:
+    """The boundary map's claims on the Overview's scoreboard, judged on its best group of finished runs."""
+    runs = list_runs(kind=KIND, status="done", limit=None, home=home)
+    rows = boundary_accuracy(list(runs["run_id"]), home=home) if not runs.empty else pd.DataFrame()
+
+    def scores_of(ids: list[str], configs: dict) -> list:
+        return scores(claim_verdicts(rows[rows["run_id"].isin(ids)], reach=runs_reach(configs[r] for r in ids),
+                                     recall=boundary_recall_state(ids, home=home)))
+
+    return judge_best("boundary", runs, row_seeds(rows), scores_of)

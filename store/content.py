@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 
 from ema_core.config import nest
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.token_classes import SPLITS
+from ema_core.studies.content.findings import (HEADLINE_VARIANT, ablation_verdict, gap_verdicts, headline_verdict,
+                                               scores)
 
 from . import export
-from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
+from .queries import (RUN_FILTER, RunIds, RunTable, across_runs, config_without_seed, id_list, query_frame,
+                      register_run_table)
+from .scoreboard import Judged, best_group
 
 # A variant is (model, predictor, attn_input) read from the config: a GPT keeps the predictor and
 # attention input of the SPEN it was sized to.  Runs are *comparable* when their configs agree once
@@ -236,7 +240,7 @@ def lm_final_stats(run_ids: RunIds = None, split: str = "val", *, home: Path | N
 
 def lm_final_losses(run_ids: RunIds = None, split: str = "val", *, home: Path | None = None) -> pd.DataFrame:
     """Each finished run's final loss (nats/token), the rows the ablation's verdict pairs by seed
-    (:func:`ema_core.content_findings.ablation_verdict`).
+    (:func:`ema_core.studies.content.findings.ablation_verdict`).
 
     Columns: run_id, group_id (as :func:`lm_runs`': runs of one group differ only in variant and seed),
     model, predictor, attn_input, seed, loss.  A run whose loss is not finite has no row.
@@ -252,7 +256,7 @@ def lm_final_losses(run_ids: RunIds = None, split: str = "val", *, home: Path | 
 def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, split: str = "val", *,
                          home: Path | None = None) -> pd.DataFrame:
     """The token-class rows of :func:`lm_token_classes` with what pairs them, the rows the Content page's
-    token-class section reads (:func:`ema_core.content_findings.class_gaps`).
+    token-class section reads (:func:`ema_core.studies.content.findings.class_gaps`).
 
     Columns: run_id, group_id (as :func:`lm_runs`'), model, predictor, attn_input, seed, gpt_run_id (a
     SPEN run's GPT: the same seed and comparable config, the GPT sized to this SPEN, else to SPEN linear,
@@ -418,7 +422,7 @@ def lm_reevaluations(run_ids: RunIds = None, *, home: Path | None = None) -> pd.
 def lm_reeval_class_pairs(setting_id: str | None = None, run_ids: RunIds = None, *,
                           home: Path | None = None) -> pd.DataFrame:
     """The token-class rows of re-evaluations, shaped as :func:`store.content.lm_token_class_pairs`' (what
-    :func:`ema_core.content_findings.class_gaps` reads), for one setting (``setting_id`` of
+    :func:`ema_core.studies.content.findings.class_gaps` reads), for one setting (``setting_id`` of
     :func:`lm_reevaluations`) or all.
 
     Columns: run_id (the re-evaluation), group_id, model, predictor, attn_input, seed (its source's),
@@ -438,3 +442,29 @@ def lm_reeval_class_pairs(setting_id: str | None = None, run_ids: RunIds = None,
                  list_position($partitions::VARCHAR[], t.partition) NULLS LAST, t.partition,
                  list_position($classes::VARCHAR[], t.partition || '/' || t.class) NULLS LAST, t.class"""
     return query_frame(sql, _params(run_ids, setting=setting_id, **_CLASS_ORDER), home)
+
+
+def judged(home: Path | None = None) -> Judged:
+    """The content study's claims on the Overview's scoreboard, judged on its best group of finished runs."""
+    runs = lm_runs(status="done", home=home)
+    if runs.empty:
+        return Judged("content", (), ())
+    finals = lm_final_losses(list(runs["run_id"]), home=home)
+    # A group's seeds are those at which SPEN linear and its GPT both finished: the headline's pairs.
+    spen, gpt = HEADLINE_VARIANT, ("gpt", *HEADLINE_VARIANT[1:])
+    groups: dict[str, dict[str, Any]] = {}
+    for g in dict.fromkeys(runs["group_id"]):  # newest first
+        part = finals[finals["group_id"] == g]
+        held = {v: {int(s) for s in part.loc[(part["model"] == v[0]) & (part["predictor"] == v[1])
+                                             & (part["attn_input"] == v[2]), "seed"]} for v in (spen, gpt)}
+        groups[g] = {"runs": list(runs.loc[runs["group_id"] == g, "run_id"]), "seeds": held[spen] & held[gpt]}
+    best = best_group(groups)
+    ids = groups[best]["runs"]
+    picked = finals[finals["group_id"] == best].to_dict("records")
+    part = runs[runs["group_id"] == best]
+    # One config per variant (model, predictor, attention input), the newest run's.
+    variants = part.drop_duplicates(["model", "predictor", "attn_input"])
+    configs = tuple(config_without_seed(json.loads(c)) for c in variants["config"])
+    judged_scores = scores(headline_verdict(picked), ablation_verdict(picked),
+                           gap_verdicts(lm_token_class_pairs(ids, home=home).to_dict("records")))
+    return Judged("content", tuple(ids), tuple(sorted(groups[best]["seeds"])), best, configs, 1, judged_scores)

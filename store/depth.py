@@ -1,6 +1,6 @@
 """The depth study's queries (PAPER.md §4 item 5): every residual rule's held-out loss and probes at every
 depth, and the weights each block's stream gives the outputs before it.  Its runs are
-``queries.list_runs(kind="depth")``; its verdicts are :mod:`ema_core.depth_findings`' on the
+``queries.list_runs(kind="depth")``; its verdicts are :mod:`ema_core.studies.depth.findings`' on the
 ``depth_results`` rows."""
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from pathlib import Path
 import pandas as pd
 
 from ema_core.depth import RULES
+from ema_core.studies.depth import KIND
+from ema_core.studies.depth.findings import claim_verdicts, scores
 
 from . import export
-from .queries import RUN_FILTER, RunIds, RunTable, id_list, query_frame, register_run_table
+from .queries import RUN_FILTER, RunIds, RunTable, id_list, list_runs, query_frame, register_run_table
+from .scoreboard import Judged, judge_best, row_seeds
 
 
 def depth_results(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
@@ -81,14 +84,14 @@ def depth_remix(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataF
 
 def run_figures(rows: pd.DataFrame) -> list:
     """The figures of one run's exported ``depth_results`` rows (the Export page offers them as SVG/PNG)."""
-    from ema_core.figures.depth import run_figures as draw  # altair: only when a figure is drawn
+    from ema_core.studies.depth.figures import run_figures as draw  # altair: only when a figure is drawn
 
     return draw(rows)
 
 
 def weights_figures(rows: pd.DataFrame) -> list:
     """The depth-weight maps of one run's exported ``depth_weights`` rows, one per depth."""
-    from ema_core.figures.depth import weights_figures as draw  # altair: when a figure is drawn, not on `import store`
+    from ema_core.studies.depth.figures import weights_figures as draw  # altair: when a figure is drawn, not on `import store`
 
     return draw(rows)
 
@@ -115,3 +118,15 @@ export.register_table("depth_weight_steps", "the mixing weights at every evaluat
                                             "layer and source")
 export.register_table("depth_remix", "the remix test: a trained fixed-sum model frozen, only depth weights fitted "
                                      "on it; its held-out loss before and after")
+
+
+def judged(home: Path | None = None) -> Judged:
+    """The depth study's claims on the Overview's scoreboard, judged on its best group of finished runs (one
+    config is one budget: its rows and remix rows are judged together)."""
+    runs = list_runs(kind=KIND, status="done", limit=None, home=home)
+    rows = depth_results(list(runs["run_id"]), home=home) if not runs.empty else pd.DataFrame()
+
+    def scores_of(ids: list[str], configs: dict) -> list:
+        return scores(claim_verdicts(rows[rows["run_id"].isin(ids)], depth_remix(ids, home=home)))
+
+    return judge_best("depth", runs, row_seeds(rows), scores_of)

@@ -95,7 +95,7 @@ M001_INITIAL = Migration(1, "m001_initial", (
     )""",
 ))
 
-# The boundary map (ema_core.experiments.boundary): one run holds several seeds, so the row's own
+# The boundary map (ema_core.studies.boundary.experiment): one run holds several seeds, so the row's own
 # ``seed`` is part of its key, beside the mixer, the task and the difficulty ("k=8", "pairs=16,T=64").
 M002_BOUNDARY = Migration(2, "m002_boundary", (
     """CREATE TABLE boundary_accuracy (
@@ -183,7 +183,7 @@ M005_RUN_NOTES = Migration(5, "m005_run_notes", (
     )""",
 ))
 
-# Dilution in depth (ema_core.experiments.depth): one row per cell of a run, which holds several seeds, so
+# Dilution in depth (ema_core.studies.depth.experiment): one row per cell of a run, which holds several seeds, so
 # the cell's ``seed`` is part of the key beside its rule and depth (in blocks); d, params, lr and tokens
 # follow from the config and the cell and are kept as columns.  Losses are nats/token, ``val_bpb`` bits per
 # byte; the probes (accuracy, R²) are read on the trained model and, ``*_init``, on the same model at its

@@ -7,9 +7,13 @@ from typing import Iterable
 
 import pandas as pd
 
+from ema_core.studies.structure import KIND
+from ema_core.studies.structure.findings import (NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, scores,
+                                                 structure_verdicts)
 
 from . import export
-from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, query_frame, register_run_table
+from .queries import RUN_FILTER, RunIds, RunTable, across_runs, id_list, list_runs, query_frame, register_run_table
+from .scoreboard import Judged, judge_best, run_seeds
 
 # Feature sets of a structure run: SPCN features read by a linear probe ("instantaneous", "traces",
 # "both"), the n-gram window baseline ("ngram1", "ngram2", "ngram" = the last 1, 2, 3 word identities
@@ -153,3 +157,14 @@ def probe_control(run_ids: RunIds = None, split: str = "test", *, home: Path | N
 
 register_run_table("probe_accuracy", RunTable(probe_accuracy, ("feature_set", "role", "split"), ("accuracy",)))
 export.register_table("probe_accuracy", "probe accuracy per role, feature set and split")
+
+
+def judged(home: Path | None = None) -> Judged:
+    """The structure study's claims on the Overview's scoreboard, judged on its best group of finished runs."""
+    def scores_of(ids: list[str], configs: dict) -> list:
+        headlines = structure_headlines(ids, STRUCTURAL_ROLES, SPCN_HEADLINE, NGRAM_BASELINE, home=home)
+        overall = probe_accuracy(ids, role="overall", home=home)
+        return scores(structure_verdicts(headlines.to_dict("records"), overall.to_dict("records")).claims)
+
+    runs = list_runs(kind=KIND, status="done", limit=None, home=home)
+    return judge_best("structure", runs, run_seeds(runs), scores_of)

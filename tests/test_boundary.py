@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from ema_core.boundary import TASKS
+from ema_core.studies.boundary.tasks import TASKS
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.experiments import boundary as boundary_experiment
-from ema_core.experiments.boundary import cells, difficulties
+from ema_core.studies.boundary import experiment as boundary_experiment
+from ema_core.studies.boundary.experiment import cells, difficulties
 from ema_core.mixers import MIXER_NAMES
 
 # Warnings a fresh interpreter does not print (Python's default filters): the rest would be a line on stderr.
@@ -125,7 +125,7 @@ def test_a_bad_mixers_setting_is_one_plain_line_from_the_command_line(tmp_path, 
 
 
 def test_every_preset_builds_and_the_default_grid_holds_every_mixer_and_task():
-    from ema_core.boundary_findings import window_reach
+    from ema_core.studies.boundary.findings import window_reach
 
     for preset in REGISTRY["boundary"].presets:
         cfg = build_config("boundary", preset=preset)
@@ -478,7 +478,7 @@ def test_a_cuda_device_that_is_not_there_is_refused():
 
 
 def test_a_rate_table_trains_each_cell_once_at_its_rate_and_refuses_what_it_was_not_chosen_for(monkeypatch):
-    from ema_core import boundary_rates
+    from ema_core.studies.boundary import rates as boundary_rates
 
     small = {**TINY, "mixers": "ema,softmax", "tasks": "agree_structure,mqar", "distances": "3", "seeds": 1,
              "mqar_pairs": "2"}

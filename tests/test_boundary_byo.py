@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ema_core.experiments.boundary import BoundaryModelConfig
+from ema_core.studies.boundary.experiment import BoundaryModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from ema_core import palette
-from ema_core.boundary_findings import FLOOR_MIXER as FLOOR, normalised
+from ema_core.studies.boundary.findings import FLOOR_MIXER as FLOOR, normalised
 from ema_core.figures import chart_to_png, chart_to_svg
-from ema_core.boundary_findings import RECALL_LEVEL, ZOOLOGY_RECALL
-from ema_core.figures.boundary import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, dev_curve_chart,
+from ema_core.studies.boundary.findings import RECALL_LEVEL, ZOOLOGY_RECALL
+from ema_core.studies.boundary.figures import (CROSSING, TASK_LABELS, boundary_frame, crossing_chart, dev_curve_chart,
                                        difficulty_order, dose_frame, dose_response_chart, heat_map, mixer_order,
                                        mqar_chart, recall_figures, recall_state_chart, recall_state_frame, run_figures)
 from ema_core.mixers import MIXER_NAMES

@@ -7,8 +7,8 @@ import sys
 import pandas as pd
 import pytest
 
-from ema_core import boundary_findings as bf
-from ema_core.boundary_findings import (CLAIMS, DEFAULT_WINDOW_REACH, PAPER_HIERARCHY, SANITY_CHECKS, TASK_ORDER,
+from ema_core.studies.boundary import findings as bf
+from ema_core.studies.boundary.findings import (CLAIMS, DEFAULT_WINDOW_REACH, PAPER_HIERARCHY, SANITY_CHECKS, TASK_ORDER,
                                         VERDICT_RULE, above_floor, claim_verdicts, claims_and_checks, measured_order,
                                         normalised, reach_of, recall_frontier, window_reach)
 from ema_core.verdicts import (RULE_AS_TEST, VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, one_sided_p,
@@ -95,8 +95,8 @@ def by_key(verdicts):
 
 
 def test_the_names_and_the_reach_match_the_torch_side():
-    from ema_core.boundary import TASKS
-    from ema_core.experiments.boundary import BoundaryModelConfig
+    from ema_core.studies.boundary.tasks import TASKS
+    from ema_core.studies.boundary.experiment import BoundaryModelConfig
     from ema_core.mixers import MIXER_NAMES
 
     assert TASK_ORDER == TASKS
@@ -116,7 +116,7 @@ def test_the_reach_counts_the_window_and_the_conv_of_every_layer():
 
 
 def test_the_module_loads_neither_torch_nor_pandas():
-    code = ("import sys, ema_core.boundary_findings; "
+    code = ("import sys, ema_core.studies.boundary.findings; "
             "print(sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

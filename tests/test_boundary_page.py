@@ -12,13 +12,13 @@ from apptest import ok, open_page
 from boundary_fixture import MIXERS as RUN_MIXERS, TINY, make_boundary_runs
 
 from ema_core import palette
-from ema_core.boundary import TASKS
-from ema_core.boundary_findings import (PAPER_HIERARCHY, RECALL_LEVEL, VERDICT_RULE, claim_verdicts, claims_and_checks,
+from ema_core.studies.boundary.tasks import TASKS
+from ema_core.studies.boundary.findings import (PAPER_HIERARCHY, RECALL_LEVEL, VERDICT_RULE, claim_verdicts, claims_and_checks,
                                        measured_order, reach_of, recall_frontier, recipe_failures_text,
                                        undertrained_text)
 from ema_core.experiments import build_config
 from ema_core.mixers import MIXER_NAMES
-from ema_core.scoreboard import boundary_scores
+from ema_core.studies.boundary.findings import scores as boundary_scores
 from pages._verdicts import badge
 from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 from store.export import mean_std

@@ -7,7 +7,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from ema_core.boundary import (CATEGORIES, IGNORE, MQAR_POWER_A, STOP, Difficulty, TaskConfig, category_of, chance,
+from ema_core.studies.boundary.tasks import (CATEGORIES, IGNORE, MQAR_POWER_A, STOP, Difficulty, TaskConfig, category_of, chance,
                                content_map, count_table_accuracy, exclusion_floor, make_data, mqar_fits,
                                mqar_no_binding_accuracy, task_seed)
 

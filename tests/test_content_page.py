@@ -13,13 +13,13 @@ from streamlit.testing.v1 import AppTest
 
 from apptest import ok, open_page
 
-from ema_core.content_findings import (GAP_CLAIMS, NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
+from ema_core.studies.content.findings import (GAP_CLAIMS, NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
                                       headline_verdict, lm_variant_label, ratio_text, verdict_number)
 from ema_core.lm.token_classes import BANDS, CLASSES
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 from ema_core.verdicts import judge, spread
 from ema_core.experiments import build_config
-from ema_core.figures.content import smooth_ema
+from ema_core.studies.content.figures import smooth_ema
 from lm_fixture import make_lm_runs
 from ema_core.tables import column_decimals
 from store.content import (lm_ablation, lm_curves, lm_eval, lm_final_losses, lm_runs, lm_token_class_pairs,
@@ -638,7 +638,7 @@ def test_overview_links_to_the_content_page(empty_home):
 
 def test_the_charts_export_as_svg_and_png(runs):
     from ema_core.figures import chart_to_png, chart_to_svg
-    from ema_core.figures.content import lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
+    from ema_core.studies.content.figures import lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
     from store.content import lm_final_stats
 
     curves = lm_curve_chart(lm_curve_frame(lm_curves(runs), 0.6), log_x=True, log_y=True)
@@ -648,8 +648,8 @@ def test_the_charts_export_as_svg_and_png(runs):
         assert svg.lstrip().startswith("<svg") and text in svg
         assert chart_to_png(chart, scale=1).startswith(b"\x89PNG")
     assert "SPEN softmax attention (tokens)" in chart_to_svg(curves)
-    from ema_core.content_findings import class_gaps
-    from ema_core.figures.content import class_gap_chart, class_gap_frame
+    from ema_core.studies.content.findings import class_gaps
+    from ema_core.studies.content.figures import class_gap_chart, class_gap_frame
     split = class_gaps(lm_token_class_pairs(runs).to_dict("records"))
     svg = chart_to_svg(class_gap_chart(class_gap_frame(split), split.variant))
     assert "Where the gap lives" in svg and "recall 1–16" in svg and "SPEN linear − GPT" in svg

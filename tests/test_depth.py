@@ -14,7 +14,7 @@ from ema_core.depth.probes import frequent_tokens, probe_all, residualise, ridge
 from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthConfig, DepthLM, depth_weights, mix_entropy, params,
                                      reference_mix, reference_streams)
 from ema_core.experiments import REGISTRY, NullReporter, build_config
-from ema_core.experiments.depth import lm_streams, model_config, remix
+from ema_core.studies.depth.experiment import lm_streams, model_config, remix
 from ema_core.mixers.causality import check_causal
 from depth_fixture import SEEDS, TINY, tiny_run
 

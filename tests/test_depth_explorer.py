@@ -48,7 +48,7 @@ from ema_core.depth.explorer import (
 from ema_core.dilution import analytic_frame as time_analytic_frame
 from ema_core.dilution import lag_weights, measure_identity, signal_to_interference
 from ema_core.dilution_config import DilutionConfig, StreamConfig
-from ema_core.figures.depth import (
+from ema_core.studies.depth.figures import (
     explorer_depth_sweep_chart,
     explorer_horizon_frame,
     explorer_identity_charts,
@@ -56,7 +56,7 @@ from ema_core.figures.depth import (
     explorer_sir_charts,
     explorer_weight_charts,
 )
-from ema_core.figures.dilution import horizon_frame
+from ema_core.studies.dilution.figures import horizon_frame
 from test_palette import _colours
 
 PAGE = "pages/depth_explorer.py"

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from ema_core import palette
-from ema_core.depth_findings import claim_verdicts, trained_deep
+from ema_core.studies.depth.findings import claim_verdicts, trained_deep
 from ema_core.experiments import build_config
 from ema_core.figures import chart_to_svg
-from ema_core.figures.depth import (budget_chart, budget_frame, budget_loss_frame, rate_source, rates_frame,
+from ema_core.studies.depth.figures import (budget_chart, budget_frame, budget_loss_frame, rate_source, rates_frame,
                                     remix_frame, source_label, trajectory_chart, trajectory_frame)
 from test_palette import _colours
 

@@ -10,9 +10,9 @@ import sys
 import pandas as pd
 import pytest
 
-from ema_core import depth_findings as df_module
+from ema_core.studies.depth import findings as df_module
 from ema_core.depth import RULE_LABELS, RULES
-from ema_core.depth_findings import (CLAIMS, PREDICTED_ORDER, PROBE_CEILING, REMIX_SHARE, SANITY_CHECKS, VERDICT_RULE,
+from ema_core.studies.depth.findings import (CLAIMS, PREDICTED_ORDER, PROBE_CEILING, REMIX_SHARE, SANITY_CHECKS, VERDICT_RULE,
                                      by_budget, claim_verdicts, claims_and_checks, depth_statement, grid,
                                      measured_order, trained_deep)
 from ema_core.verdicts import RULE_AS_TEST, VERDICT_MIN_SEEDS
@@ -184,7 +184,7 @@ def test_doctests_and_the_declared_names():
 
 
 def test_the_module_loads_neither_torch_nor_pandas():
-    code = ("import sys, ema_core.depth_findings; "
+    code = ("import sys, ema_core.studies.depth.findings; "
             "print(sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -15,11 +15,11 @@ from depth_fixture import make_depth_runs, tiny_run
 
 from ema_core import palette
 from ema_core.depth import RULE_LABELS, RULES
-from ema_core.depth_findings import (CLAIMS, PREDICTED_ORDER, SANITY_CHECKS, VERDICT_RULE, by_budget, claim_verdicts,
+from ema_core.studies.depth.findings import (CLAIMS, PREDICTED_ORDER, SANITY_CHECKS, VERDICT_RULE, by_budget, claim_verdicts,
                                      claims_and_checks, depth_statement, measured_order, trained_deep)
 from ema_core.experiments import build_config
-from ema_core.figures.depth import DEPTH_METRICS
-from ema_core.scoreboard import depth_scores
+from ema_core.studies.depth.figures import DEPTH_METRICS
+from ema_core.studies.depth.findings import scores as depth_scores
 from finished_run import write_finished_run
 from pages._verdicts import badge
 from store import ingest

@@ -38,7 +38,7 @@ from ema_core.dilution import (
     trace_sigma,
     unit_roundoff,
 )
-from ema_core.figures.dilution import horizon_frame
+from ema_core.studies.dilution.figures import horizon_frame
 from ema_core.scan import ema_scan
 
 APP = Path(__file__).resolve().parents[1] / "app.py"

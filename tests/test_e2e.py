@@ -415,7 +415,7 @@ def test_the_overview_judges_every_claim_and_launches_the_missing_seeds(fresh, c
     """A data folder with one seed of a real structure run: the Overview shows a verdict per claim,
     each "not judged: 1 seed"; its button launches the two missing seeds through the job runner; once
     they finish, the same claims are judged on three seeds."""
-    from ema_core.structure_findings import CLAIMS
+    from ema_core.studies.structure.findings import CLAIMS
     from jobs.runner import LocalRunner
 
     url, home = fresh
@@ -472,7 +472,7 @@ def _structure_verdicts(home: Path, run_ids: list[str]):
     (each run's summary and probe_accuracy rows, as bench/structure.py reads them): the page reads the
     store, so the two must agree."""
     from ema_core.rundir import RunDir
-    from ema_core.structure_findings import claim_measures, claim_verdicts, findings, pair_stats
+    from ema_core.studies.structure.findings import claim_measures, claim_verdicts, findings, pair_stats
     from ema_core.verdicts import spread
 
     results = [RunDir.for_id(run_id, home).read_result() for run_id in run_ids]
@@ -482,7 +482,7 @@ def _structure_verdicts(home: Path, run_ids: list[str]):
 
 
 def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chromium_browser):
-    from ema_core.scoreboard import structure_scores
+    from ema_core.studies.structure.findings import scores as structure_scores
     from structure_fixture import make_structure_runs
 
     # Three seeds of the experiment itself (tiny sizes): the browser sees what a real run writes.
@@ -543,7 +543,7 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
 
 def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_home, chromium_browser):
     from lm_fixture import make_lm_runs
-    from ema_core.content_findings import ablation_verdict, headline_verdict, verdict_number
+    from ema_core.studies.content.findings import ablation_verdict, headline_verdict, verdict_number
     from store.content import lm_final_losses, lm_final_stats
     from store.export import mean_std
 
@@ -652,9 +652,9 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
 
 def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_home, chromium_browser):
     from boundary_fixture import TINY, make_boundary_runs
-    from ema_core.boundary_findings import RECALL_LEVEL, claim_verdicts, reach_of
+    from ema_core.studies.boundary.findings import RECALL_LEVEL, claim_verdicts, reach_of
     from ema_core.experiments import build_config
-    from ema_core.scoreboard import boundary_scores
+    from ema_core.studies.boundary.findings import scores as boundary_scores
     from store.boundary import boundary_accuracy
 
     # One run of the experiment itself at tiny sizes, with two seeds inside it: what a real run writes,
@@ -706,9 +706,9 @@ def test_boundary_page_draws_a_real_run_and_judges_the_claims(app_url, emalab_ho
 def test_depth_page_draws_a_real_run_judges_the_claims_and_offers_its_exports(app_url, emalab_home,
                                                                               chromium_browser):
     from depth_fixture import make_depth_runs
-    from ema_core.depth_findings import claim_verdicts
-    from ema_core.figures.depth import DEPTH_METRICS
-    from ema_core.scoreboard import depth_scores
+    from ema_core.studies.depth.findings import claim_verdicts
+    from ema_core.studies.depth.figures import DEPTH_METRICS
+    from ema_core.studies.depth.findings import scores as depth_scores
     from store.depth import depth_remix, depth_results
 
     # One run of the experiment itself at tiny sizes (every rule at 1 and 2 blocks), with three seeds

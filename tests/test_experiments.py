@@ -8,7 +8,7 @@ import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, Reporter, build_config, get_experiment
 from ema_core.config import setting_fields
-from ema_core.experiments.dilution_sweep import DilutionSweepConfig
+from ema_core.studies.dilution.experiment import DilutionSweepConfig
 from ema_core.experiments.units import unit_of
 
 # Small enough to train in a second, big enough that α = 0.5 names the current token.

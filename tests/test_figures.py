@@ -16,9 +16,9 @@ from ema_core import palette
 from ema_core.dilution_config import DilutionConfig
 from ema_core.dilution import ALL_RATES, analytic_frame, measure_identity, rate_label
 from ema_core.figures import SUBTITLE_SIZE, TITLE_SIZE, TITLE_WIDTH, chart_to_png, chart_to_svg, text_width
-from ema_core.figures.content import lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
-from ema_core.figures.dilution import SIR_CLIP_DB, identity_chart, lag_weight_chart, sir_chart
-from ema_core.figures.structure import (ROLE_TITLE_WIDTH, probe_control_chart, probe_control_frame, role_accuracy_chart,
+from ema_core.studies.content.figures import lm_ablation_chart, lm_ablation_frame, lm_curve_chart, lm_curve_frame
+from ema_core.studies.dilution.figures import SIR_CLIP_DB, identity_chart, lag_weight_chart, sir_chart
+from ema_core.studies.structure.figures import (ROLE_TITLE_WIDTH, probe_control_chart, probe_control_frame, role_accuracy_chart,
                                         role_accuracy_frame)
 from ema_core.tables import EMPTY, latex_escape, to_latex_booktabs, to_markdown
 from ema_core.rundir import RunDir, run_id_for
@@ -366,22 +366,28 @@ def _ema_core_imports(path: Path) -> set[str]:
     return {n for n in names if n.startswith("ema_core.")}
 
 
+def _is_chart(module: str) -> bool:
+    parts = module.split(".")
+    return module.startswith("ema_core.figures") or (parts[:2] == ["ema_core", "studies"] and parts[-1] == "figures")
+
+
 def test_charts_sit_beside_the_science_not_inside_it():
     """Science never imports the charts, and the shared chart module names no study: a study's
-    charts are its own module of ``ema_core.figures``."""
+    charts are its folder's ``figures.py``, and nothing but charts imports a chart module."""
     root = Path(__file__).resolve().parent.parent / "ema_core"
     figures = root / "figures"
-    science = [p for p in root.rglob("*.py") if figures not in p.parents]
+    charts = [figures / "__init__.py", *sorted((root / "studies").glob("*/figures.py"))]
+    assert len(charts) > 1
+    science = [p for p in root.rglob("*.py") if p not in charts]
     assert science and not [
-        p.relative_to(root) for p in science
-        if any(n == "ema_core.figures" or n.startswith("ema_core.figures.") for n in _ema_core_imports(p))]
+        p.relative_to(root) for p in science if any(_is_chart(n) for n in _ema_core_imports(p))]
     assert _ema_core_imports(figures / "__init__.py") <= {"ema_core.palette"}
 
 
 def test_the_content_labels_cover_exactly_the_registries_choices():
     # Labels are declared with the study's findings, the choices once in the registries that build the
     # models: a predictor or input added there without a label here would be shown by its bare name.
-    from ema_core.content_findings import ATTN_INPUT_LABELS, PREDICTOR_LABELS
+    from ema_core.studies.content.findings import ATTN_INPUT_LABELS, PREDICTOR_LABELS
     from ema_core.lm.predictors import ATTN_INPUTS, PREDICTORS
 
     assert set(PREDICTOR_LABELS) == set(PREDICTORS) and set(ATTN_INPUT_LABELS) == set(ATTN_INPUTS)
@@ -426,7 +432,7 @@ def _marks(spec: dict) -> list[str]:
 
 def test_the_depth_metric_chart_has_one_series_per_rule_in_its_rules_colour():
     from ema_core.depth import RULE_LABELS
-    from ema_core.figures.depth import depth_frame, depth_metric_chart
+    from ema_core.studies.depth.figures import depth_frame, depth_metric_chart
 
     every = _colour_map(depth_metric_chart(depth_frame(_depth_rows()), "val_loss"))
     assert every == {RULE_LABELS[r]: palette.DEPTH_RULE_COLORS[r] for r in ("sum", "static", "select")}
@@ -441,7 +447,7 @@ def test_the_depth_metric_chart_has_one_series_per_rule_in_its_rules_colour():
 
 
 def test_the_depth_metric_chart_draws_error_bars_only_with_several_seeds():
-    from ema_core.figures.depth import depth_frame, depth_metric_chart
+    from ema_core.studies.depth.figures import depth_frame, depth_metric_chart
 
     three = _spec(depth_metric_chart(depth_frame(_depth_rows()), "val_loss"))
     assert _marks(three) == ["errorbar", "line", "point"]
@@ -453,7 +459,7 @@ def test_the_depth_metric_chart_draws_error_bars_only_with_several_seeds():
 
 
 def test_the_depth_metric_chart_keeps_the_true_depth_and_a_dashed_baseline():
-    from ema_core.figures.depth import WHEN_DASHES, depth_frame, depth_metric_chart
+    from ema_core.studies.depth.figures import WHEN_DASHES, depth_frame, depth_metric_chart
 
     spec = _spec(depth_metric_chart(depth_frame(_depth_rows()), "probe_token"))
     values = next(iter(spec["datasets"].values()))
@@ -484,7 +490,7 @@ def _weight_cells(chart) -> list[dict]:
 def test_the_depth_weights_map_is_lower_triangular_and_fits_a_page(depth):
     from ema_core.depth import RULE_LABELS
     from ema_core.figures import PAGE_WIDTH
-    from ema_core.figures.depth import weights_frame, weights_map
+    from ema_core.studies.depth.figures import weights_frame, weights_map
 
     rows = _depth_weight_rows(depths=(depth,))
     chart = weights_map(weights_frame(rows, depth), depth)
@@ -504,7 +510,7 @@ def test_the_depth_weights_map_is_lower_triangular_and_fits_a_page(depth):
 
 
 def test_the_depth_weights_map_takes_light_text_on_dark_cells_only():
-    from ema_core.figures.depth import weights_frame, weights_map
+    from ema_core.studies.depth.figures import weights_frame, weights_map
 
     spec = _spec(weights_map(weights_frame(_depth_weight_rows(depths=(2,)), 2), 2))
     text = next(layer for layer in spec["spec"]["layer"] if _marks({"layer": [layer]}) == ["text"])
@@ -515,7 +521,7 @@ def test_the_depth_weights_map_takes_light_text_on_dark_cells_only():
 
 
 def test_a_depth_runs_figures_are_named_and_export_to_svg():
-    from ema_core.figures.depth import run_figures, weights_figures
+    from ema_core.studies.depth.figures import run_figures, weights_figures
 
     figures = run_figures(_depth_rows())
     assert [name for name, _ in figures] == ["depth_val_loss", "depth_val_bpb", "depth_probe_token",
@@ -532,7 +538,7 @@ def test_a_depth_runs_figures_are_named_and_export_to_svg():
 
 
 def test_every_colour_a_depth_chart_draws_is_the_palettes():
-    from ema_core.figures.depth import run_figures, weights_figures
+    from ema_core.studies.depth.figures import run_figures, weights_figures
     from test_palette import _colours
 
     charts = [c for _, c in run_figures(_depth_rows(("sum", "static", "select", "gated")))]
@@ -546,7 +552,7 @@ def test_every_colour_a_depth_chart_draws_is_the_palettes():
 
 def test_depth_chart_titles_fit_their_charts():
     from ema_core.figures import PAGE_WIDTH
-    from ema_core.figures.depth import run_figures, weights_figures
+    from ema_core.studies.depth.figures import run_figures, weights_figures
 
     charts = [(c, TITLE_WIDTH) for _, c in run_figures(_depth_rows())]
     charts += [(c, PAGE_WIDTH) for _, c in weights_figures(_depth_weight_rows(depths=(16,)))]

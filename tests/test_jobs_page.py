@@ -23,7 +23,7 @@ def home(empty_home):
 
 def test_every_kind_declares_a_headline_and_none_is_said_without_a_summary():
     for kind, exp in REGISTRY.items():
-        assert exp.headline.__module__ == f"ema_core.experiments.{exp.run.__module__.rsplit('.', 1)[1]}"  # its own
+        assert exp.headline.__module__ == exp.run.__module__  # its own, beside its run
         assert headline(kind, {}) == "" and headline(kind, None) == ""
     assert headline("retired_kind", {"val_loss": 1.0}) == ""
 
@@ -50,7 +50,7 @@ def test_the_structure_headline_sets_the_traces_probe_beside_the_bigru():
 
 
 def test_the_boundary_headline_names_its_best_and_worst_mixer():
-    from ema_core.experiments.boundary import summarise
+    from ema_core.studies.boundary.experiment import summarise
 
     cfg = build_config("boundary", preset="quick")
     row = dict(chance=0.5, state_floats=64)
@@ -61,7 +61,7 @@ def test_the_boundary_headline_names_its_best_and_worst_mixer():
 
 
 def test_the_language_model_headlines_say_the_model_and_its_loss():
-    # The keys ema_core.experiments.lm and lm_eval write into a summary.
+    # The keys ema_core.studies.content.experiment and lm_eval write into a summary.
     lm = {"model": "spen", "predictor": "linear", "attn_input": None, "val_loss": 4.12345, "val_bpb": 1.5,
           "size": "tiny"}
     assert headline("lm", lm) == "spen/linear · val loss 4.123 nats/token · 1.500 bits/byte"

@@ -20,7 +20,7 @@ except ImportError:
                 allow_module_level=True)
 
 from ema_core.experiments import REGISTRY, NullReporter, build_config
-from ema_core.experiments.boundary import cells
+from ema_core.studies.boundary.experiment import cells
 from jobs.ray_backend import RayRunner
 from ema_core.rundir import RunDir, wait_for
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, NullReporter, build_config
-from ema_core.experiments.lm_eval import EVALUATION, SPLIT_PREFIX, load_trained, trained_run
+from ema_core.studies.content.evaluation import EVALUATION, SPLIT_PREFIX, load_trained, trained_run
 from ema_core.lm.data import CorpusConfig, prepare
 from ema_core.lm.gpt import GPT
 from ema_core.lm.token_classes import BANDS, CLASSES
@@ -307,7 +307,7 @@ def reevals(lab):
 
 
 def test_the_store_pairs_a_spen_reevaluation_with_its_gpts_in_the_same_setting(lab, home, reevals):
-    from ema_core.content_findings import ALL_TOKENS, class_gaps
+    from ema_core.studies.content.findings import ALL_TOKENS, class_gaps
     from store.content import lm_reeval_class_pairs, lm_reevaluations
 
     ids = reevals

@@ -152,7 +152,7 @@ def test_the_classes_are_built_against_the_one_list_of_names():
 
 
 def test_a_mixer_takes_the_model_settings_it_declares_and_only_those():
-    from ema_core.experiments.boundary import BoundaryModelConfig
+    from ema_core.studies.boundary.experiment import BoundaryModelConfig
 
     body = BoundaryModelConfig(window=7)
     for name in NAMES:
@@ -238,7 +238,7 @@ def test_without_the_conv_the_model_is_the_one_without_it_bit_for_bit():
 def test_the_body_reads_its_mlp_and_the_attentions_heads_from_its_settings():
     """``mlp`` sizes every block's MLP (0: none, no parameter for it); ``heads`` reaches the softmax
     attentions and no other mixer; a body without an ``mlp`` setting has the GPT's 4·d."""
-    from ema_core.experiments.boundary import BoundaryModelConfig
+    from ema_core.studies.boundary.experiment import BoundaryModelConfig
     from ema_core.mixers.model import MixerNet
 
     sizes = {}

@@ -16,15 +16,15 @@ import pandas as pd
 import pytest
 
 from ema_core import palette
-from ema_core.boundary_findings import TASKS
-from ema_core.content_findings import GROWTH_POOLS, class_gaps, gap_growth
+from ema_core.studies.boundary.findings import TASKS
+from ema_core.studies.content.findings import GROWTH_POOLS, class_gaps, gap_growth
 from ema_core.dilution import ALL_RATES, analytic_frame, rate_label
-from ema_core.figures.boundary import (crossing_chart, dev_curve_chart, heat_map, mqar_chart, recall_state_chart,
+from ema_core.studies.boundary.figures import (crossing_chart, dev_curve_chart, heat_map, mqar_chart, recall_state_chart,
                                        recall_state_frame)
-from ema_core.figures.content import (class_gap_chart, class_gap_frame, growth_chart, lm_ablation_chart,
+from ema_core.studies.content.figures import (class_gap_chart, class_gap_frame, growth_chart, lm_ablation_chart,
                                       lm_ablation_frame, lm_curve_chart, lm_curve_frame)
-from ema_core.figures.dilution import horizon_frame, identity_chart, lag_weight_chart, rate_roles, sir_chart
-from ema_core.figures.structure import (probe_control_chart, probe_control_frame, role_accuracy_chart,
+from ema_core.studies.dilution.figures import horizon_frame, identity_chart, lag_weight_chart, rate_roles, sir_chart
+from ema_core.studies.structure.figures import (probe_control_chart, probe_control_frame, role_accuracy_chart,
                                         role_accuracy_frame)
 from ema_core.mixers import MIXER_NAMES
 from test_content_growth import _rows as growth_rows
@@ -109,7 +109,7 @@ def _boundary(mixers=MIXER_NAMES, lrs=(3e-2, 1e-2, 3e-3, 1e-3)) -> list:
 
 
 def _depth(rules=("sum", "static", "select")) -> list:
-    from ema_core.figures.depth import depth_frame, depth_metric_chart, weights_frame, weights_map
+    from ema_core.studies.depth.figures import depth_frame, depth_metric_chart, weights_frame, weights_map
     from test_figures import _depth_rows, _depth_weight_rows
 
     frame = depth_frame(_depth_rows(rules))

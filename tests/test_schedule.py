@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ema_core.boundary import LR_FLOOR
+from ema_core.studies.boundary.tasks import LR_FLOOR
 from ema_core.schedule import warmup_cosine
 
 

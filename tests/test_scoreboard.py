@@ -12,11 +12,13 @@ from streamlit.testing.v1 import AppTest
 
 from ema_core import scoreboard as board_module
 from ema_core import verdicts
-from ema_core.content_findings import headline_verdict
-from ema_core.depth_findings import claim_verdicts as depth_verdicts
+from ema_core.studies.content.findings import headline_verdict
+from ema_core.studies.depth.findings import claim_verdicts as depth_verdicts
 from ema_core.experiments import build_config
-from ema_core.scoreboard import STUDIES, Score, depth_scores, missing_seeds, plain
-from ema_core.structure_findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
+from ema_core.scoreboard import Score, missing_seeds, plain
+from ema_core.studies.depth.findings import scores as depth_scores
+from ema_core.studies import STUDIES
+from ema_core.studies.structure.findings import NGRAM_BASELINE, SPCN_HEADLINE, STRUCTURAL_ROLES, structure_verdicts
 from ema_core.verdicts import Spread
 from depth_fixture import SEEDS as DEPTH_SEEDS
 from depth_fixture import make_depth_runs
@@ -135,7 +137,7 @@ STRUCTURE_CONFIG = {k: v for k, v in build_config("structure", preset="quick").m
 
 def test_an_empty_store_judges_nothing(empty_home):
     board = scoreboard()
-    assert [j.study for j in board] == ["structure", "content", "boundary", "depth"] == list(STUDIES)
+    assert [j.study for j in board] == ["structure", "content", "boundary", "depth"] == [n for n, s in STUDIES.items() if s.judges]
     assert all(not j.run_ids and not j.scores for j in board)
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from ema_core.bigru import UNK, encode
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.experiments.structure import (CONTROLS, NGRAM_SETS, SPLITS_SCORED, SPLITS_TUNING, StructureConfig,
+from ema_core.studies.structure.experiment import (CONTROLS, NGRAM_SETS, SPLITS_SCORED, SPLITS_TUNING, StructureConfig,
                                             _check_unseen, sentences, summarise, tune)
 from ema_core.experiments.units import unit_of
 from ema_core.grammar import N_WORDS, ROLES, novel_vocabulary, stream
-from ema_core.structure_findings import (CLAIMS, PairStat, Spread, claim_measures, claim_verdicts, findings, judge,
+from ema_core.studies.structure.findings import (CLAIMS, PairStat, Spread, claim_measures, claim_verdicts, findings, judge,
                                          pair_stats, spread)
 
 # Small enough for seconds, big enough that every phase does real work.
@@ -193,7 +193,7 @@ def test_pair_stats_pair_only_the_seeds_that_have_both_sides():
 
 
 def test_the_paper_table_lists_every_paper_number_with_ours_where_the_runs_have_it():
-    from ema_core.structure_findings import PAPER, STRUCTURAL_ROLES, paper_beside_ours
+    from ema_core.studies.structure.findings import PAPER, STRUCTURAL_ROLES, paper_beside_ours
 
     measures = {"within_traces": Spread(0.95, 0.01, 3), "spcn_over_bigru": Spread(0.99, math.nan, 1)}
     rows = paper_beside_ours(measures, claim_verdicts(measures))

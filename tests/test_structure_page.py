@@ -12,7 +12,7 @@ from apptest import ok, open_page
 
 from ema_core.experiments import build_config
 from ema_core.rundir import RunDir
-from ema_core.structure_findings import VERDICT_WORDS, claim_measures, claim_verdicts, judge, spread
+from ema_core.studies.structure.findings import VERDICT_WORDS, claim_measures, claim_verdicts, judge, spread
 from store.structure import probe_accuracy
 from store.export import mean_std
 from structure_fixture import make_structure_runs, split_roles
@@ -291,7 +291,7 @@ def test_the_page_draws_runs_of_the_real_experiment(tmp_path, monkeypatch):
 
 def test_the_charts_export_as_svg_and_png(runs):
     from ema_core.figures import chart_to_png, chart_to_svg
-    from ema_core.figures.structure import (probe_control_chart, probe_control_frame, role_accuracy_chart,
+    from ema_core.studies.structure.figures import (probe_control_chart, probe_control_frame, role_accuracy_chart,
                                             role_accuracy_frame)
     from store.structure import probe_accuracy_stats, probe_control
 

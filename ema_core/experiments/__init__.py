@@ -11,6 +11,7 @@ runner, Streamlit or DuckDB: an experiment runs the same in a worker process, a 
 """
 from __future__ import annotations
 
+import importlib
 import json
 import typing
 from typing import Any
@@ -18,13 +19,25 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ema_core.config import config_error, nest, resolve_setting, setting_fields
-from ema_core.experiments import boundary, depth, dilution_sweep, lm, lm_eval, structure
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
+from ema_core.studies import STUDIES
 
-# A small explicit map, in the order pages and the CLI list the kinds (the paper's studies first,
-# extensions after): a kind not listed here is rejected when its config is built.
-REGISTRY: dict[str, Experiment] = {m.EXPERIMENT.kind: m.EXPERIMENT for m in (dilution_sweep, structure, lm, boundary, depth,
-                                                                          lm_eval)}
+
+def _registry() -> dict[str, Experiment]:
+    """Every study's experiments, in the studies' order (the order pages and the CLI list the kinds):
+    a kind not listed here is rejected when its config is built."""
+    out: dict[str, Experiment] = {}
+    for study in STUDIES.values():
+        for kind, module in zip(study.kinds, study.experiment_modules()):
+            exp = importlib.import_module(module).EXPERIMENT
+            if exp.kind != kind or kind in out:
+                raise ValueError(f"{module} declares kind {exp.kind!r}: the study {study.name!r} names it "
+                                 f"{kind!r}, and a kind belongs to one study")
+            out[kind] = exp
+    return out
+
+
+REGISTRY: dict[str, Experiment] = _registry()
 
 __all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "build_config",
            "config_error", "get_experiment", "headline"]

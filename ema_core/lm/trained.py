@@ -7,10 +7,10 @@ The ``lm`` kind keeps its final weights with the run, beside the tokenizer its i
 SPEN's blocks as they are), loadable with ``torch.load(..., weights_only=True)``; ≈ 4 bytes a parameter
 (tiny: 1.4M parameters, ≈ 5.6 MB).  Its checkpoints are no substitute: they resume training, so the
 newest is the last one before the end (the quick preset's is at step 200 of 300), and only a few are
-kept.  :func:`ema_core.experiments.lm_eval.load_trained` reads a run's model back;
+kept.  :func:`ema_core.studies.content.evaluation.load_trained` reads a run's model back;
 :func:`sample` continues a prompt with it.
 
-    >>> from ema_core.experiments.lm_eval import load_trained
+    >>> from ema_core.studies.content.evaluation import load_trained
     >>> trained = load_trained("lm-0123456789ab-s0")                       # (config, model, tokenizer)
     >>> sample(trained.model, trained.tokenizer, "It was a truth", 40, temperature=0.8, top_k=50, seed=0,
     ...        context=trained.config.train.seq_len)

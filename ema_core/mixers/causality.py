@@ -29,7 +29,7 @@ def check_causal(module: nn.Module, T: int = 40, d: int | None = None, batch: in
     ``module`` is a mixer (real inputs of its width: ``module.d``, or ``d`` for a module without one)
     or a :class:`~ema_core.mixers.model.MixerNet` (token inputs over its vocabulary).  The default
     ``T`` = 40 spans more than two of the linear attentions' 16-step chunks and ends inside one; the
-    boundary map probes over :data:`ema_core.experiments.boundary.CAUSAL_T` steps, past the delta rule's
+    boundary map probes over :data:`ema_core.studies.boundary.experiment.CAUSAL_T` steps, past the delta rule's
     32-step chunks too."""
     from ema_core.mixers.model import MixerNet  # the model imports every mixer; the probe is for them
 

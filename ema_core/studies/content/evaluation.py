@@ -35,8 +35,8 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ema_core.config import config_error, seed_field
-from ema_core.experiments.lm import KIND as LM_KIND
-from ema_core.experiments.lm import PARTITIONS, LMConfig, _device, _per_token
+from ema_core.studies.content.experiment import KIND as LM_KIND
+from ema_core.studies.content.experiment import PARTITIONS, LMConfig, _device, _per_token
 from ema_core.lm.corpus import Corpus, CorpusError, HubUnreachable, looks_like_path
 from ema_core.lm.data import CorpusConfig
 from ema_core.lm.sizes import build_model
@@ -48,8 +48,8 @@ from ema_core.messages import one_line
 from ema_core.paths import cache_home
 from ema_core.protocol import Experiment, Reporter
 from ema_core.rundir import RESUMABLE_STATES, RunDir
+from ema_core.studies.content import EVAL_KIND as KIND
 
-KIND = "lm_eval"
 # What the rows of a re-evaluation are called in the tables the training runs fill too.
 SPLIT_PREFIX = "reeval:"
 EVALUATION = "reeval"

@@ -18,7 +18,7 @@ import altair as alt
 import pandas as pd
 
 from ema_core import palette
-from ema_core.boundary_findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, RECALL_LEVEL, ZOOLOGY_RECALL,
+from ema_core.studies.boundary.findings import (DEFAULT_WINDOW_REACH, FLOOR_MIXER, RECALL_LEVEL, ZOOLOGY_RECALL,
                                        ZOOLOGY_SETTING, above_floor, baseline, level_of, normalised, recall_frontier,
                                        redundancy_of)
 from ema_core.figures import (ACCURACY_AXIS, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH, WIDTH,

@@ -22,7 +22,7 @@ Every setting is chosen on the tuning splits, never on a scored one: the probes'
 Results: ``probe_accuracy`` rows (role | "overall", feature_set, split, accuracy) and a summary
 whose keys the CLI prints with ``--json`` (see ``summarise``).  The paper's claims are judged and
 what the numbers show is stated by one rule, from per-seed values, in
-:mod:`ema_core.structure_findings`: the store and the page call it on runs, ``bench/structure.py``
+:mod:`ema_core.studies.structure.findings`: the store and the page call it on runs, ``bench/structure.py``
 on summaries.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ema_core.bigru import BiGRUConfig, predict, train_bigru
 from ema_core.config import seed_field
-from ema_core.experiments.dilution_sweep import deterministic_torch
+from ema_core.studies.dilution.experiment import deterministic_torch
 from ema_core.grammar import (CATEGORIES, N_WORDS, ROLES, STRUCTURES, GrammarConfig, Sentence, positions,
                               previous_category, sample_sentences, stream, vocabulary)
 from ema_core.probes import (PROBE_KINDS, accuracy_by_label, apply_control, context_keys, control_labels,
@@ -45,10 +45,10 @@ from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, che
 from ema_core.spcn import FEATURE_SETS, SPCN, SPCNConfig, SPCNState
 # The study's names (with the verdict rule and the findings) live in a module without torch, which
 # the store reads on every page load.
-from ema_core.structure_findings import (CONTROLS, NGRAM_BASELINE, NGRAM_SETS, SPCN_HEADLINE, SPLITS_SCORED,
+from ema_core.studies.structure.findings import (CONTROLS, NGRAM_BASELINE, NGRAM_SETS, SPCN_HEADLINE, SPLITS_SCORED,
                                          SPLITS_TUNING)
+from ema_core.studies.structure import KIND
 
-KIND = "structure"
 # 2: the n-gram window, the context-keyed controls and the tuning splits' rows.  A format-1
 # checkpoint still resumes: its SPCN state is kept and its probes are redone (see _check_checkpoint).
 CHECKPOINT_FORMAT = 2

@@ -6,7 +6,7 @@ store and a benchmark script judge the same rows the same way.  The rules' names
 order come from :mod:`ema_core.depth` (torch-free at import).
 
 Every claim is a difference Δ formed within one seed: at one (depth, seed) every rule starts from the
-same body and sees the same batches (:mod:`ema_core.experiments.depth`), so the seed's draw cancels in
+same body and sees the same batches (:mod:`ema_core.studies.depth.experiment`), so the seed's draw cancels in
 Δ and what is left is what the rule changes.  Δ is then averaged over the seeds and judged by
 :func:`ema_core.verdicts.judge` ("Δ > 0" beyond the seeds' spread, on 3 seeds or more).  The paper's
 claims (:data:`CLAIMS`) can come out either way; the sanity check (:data:`SANITY_CHECKS`) holds by
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from ema_core.depth import RULE_LABELS, RULES
+from ema_core.scoreboard import Score, delta_text, outcome, plain
 from ema_core.verdicts import (RULE_AS_TEST, SANITY_WORDS, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread,
                                finite, judge, not_judged, records, spread, t_threshold)
 
@@ -576,3 +577,17 @@ def depth_statement(rows) -> str:
         "not_trained": f"whether fixed accumulation loses more with depth is not judged here: {growth.note}",
     }[growth.verdict]
     return f"{said}: {verdict}."
+
+# -- the scoreboard's lines (ema_core.scoreboard.Score): the same verdicts, in the board's one shape --
+
+def scores(verdicts: Iterable[ClaimVerdict]) -> list[Score]:
+    out = []
+    for v in verdicts:
+        c, d = v.claim, v.delta
+        measured = delta_text(d, 4, c.unit) + (f" {v.over}" if v.over and d.n else "")
+        # Not judged for want of trained deep models counts as not judged; a probe with no room, as
+        # nothing measured.  Either way the reason is the note.
+        said = "not_judged" if v.verdict == "not_trained" else outcome(v.verdict, d.n)
+        out.append(Score("depth", c.key, plain(c.what), c.paper, measured, d, said, v.word,
+                         v.sentence, note=v.note, sanity=c.sanity))
+    return out

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ema_core.grammar import ROLES
+from ema_core.scoreboard import Score, delta_text, outcome, plain
 from ema_core.verdicts import (RULE_AS_TEST, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, not_judged,
                                paired, spread)
 
@@ -337,3 +338,17 @@ def structure_verdicts(headlines: Iterable[Mapping], overall: Iterable[Mapping])
     claims = claim_verdicts(measures)
     return StructureVerdicts(claims, findings(pair_stats(by_run[k] for k in sorted(by_run))),
                              paper_beside_ours(measures, claims))
+
+# -- the scoreboard's lines (ema_core.scoreboard.Score): the same verdicts, in the board's one shape --
+
+def scores(claims: Iterable[ClaimVerdict]) -> list[Score]:
+    out = []
+    for v in claims:
+        c, d = v.claim, v.delta
+        if c.level and d.n:  # "measure > level": the measure itself is what a reader compares with the paper
+            measured = f"{d.mean + c.level:.3f}" + (f" ± {d.std:.3f}" if d.n > 1 else "")
+        else:
+            measured = delta_text(d, 3)
+        out.append(Score("structure", c.measure, plain(c.what), c.paper, measured, d, outcome(v.verdict, d.n),
+                         v.word, v.sentence))
+    return out

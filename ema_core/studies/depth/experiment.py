@@ -53,8 +53,8 @@ from ema_core.lm.rates import AUTO, Auto
 from ema_core.lm.train import Streams, TrainConfig, train_lm
 from ema_core.mixers.causality import check_causal
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
+from ema_core.studies.depth import KIND
 
-KIND = "depth"
 # 2: a cell's outcome holds its weight trajectory and its remixes beside its row and weights.
 CHECKPOINT_FORMAT = 2
 # Parameters may differ between rules by at most this fraction at one depth (the 1 %).

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Mapping
 
 from ema_core.mixers import MIXER_NAMES
+from ema_core.scoreboard import Score, delta_text, outcome, plain
 from ema_core.verdicts import (RULE_AS_TEST, SANITY_WORDS, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread,
                                finite, judge, not_judged, records, spread, t_threshold)
 
-# The study's tasks, declared here (ema_core.boundary, which builds them, reads this): structure,
+# The study's tasks, declared here (ema_core.studies.boundary.tasks, which builds them, reads this): structure,
 # then content (a two-way and a four-way map of the word), at a distance; associative recall;
 # identity at a lag.
 TASKS = ("agree_structure", "agree_content", "agree_content4", "mqar", "lag_identity")
@@ -724,4 +725,17 @@ def recall_frontier(rows: Iterable[Mapping[str, Any]], level: float = RECALL_LEV
     for (m, d, floats), accs in sorted(sums.items(), key=lambda kv: kv[0][2]):
         if _mean(accs) >= level and (m, d) not in out:
             out[(m, d)] = floats
+    return out
+
+# -- the scoreboard's lines (ema_core.scoreboard.Score): the same verdicts, in the board's one shape --
+
+def scores(verdicts: Iterable[ClaimVerdict]) -> list[Score]:
+    out = []
+    for v in verdicts:
+        c, d = v.claim, v.delta
+        measured = delta_text(d, 3) + (f" over {v.over}" if v.over and d.n else "")
+        # The caveat is said once beside the lines (Score.note), not again at the end of each detail.
+        detail = v.sentence.removesuffix(f" {v.note}") if v.note else v.sentence
+        out.append(Score("boundary", c.key, plain(c.what), c.paper, measured, d, outcome(v.verdict, d.n), v.word,
+                         detail, note=v.note, sanity=c.sanity))
     return out

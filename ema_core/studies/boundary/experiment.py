@@ -1,4 +1,4 @@
-"""The boundary map: every context mixer on every task, distance by distance (:mod:`ema_core.boundary`).
+"""The boundary map: every context mixer on every task, distance by distance (:mod:`ema_core.studies.boundary.tasks`).
 
 One run is a grid of cells (mixer × task × difficulty × seed, and for recall against state size
 mixer × MQAR size × width × seed).  A cell trains the small model of :mod:`ema_core.mixers.model`
@@ -14,7 +14,7 @@ Result tables:
 
 * ``boundary_accuracy`` (the map, at the body's width): mixer, task, difficulty, level (k, or MQAR's
   pairs), seq_len, seed, accuracy (test), dev_accuracy, chance, exclusion_floor (the best accuracy
-  reachable without the position the label is about: :func:`ema_core.boundary.exclusion_floor`),
+  reachable without the position the label is about: :func:`ema_core.studies.boundary.tasks.exclusion_floor`),
   lr (chosen on dev), train_loss, state_floats, params, d (the model width);
 * ``boundary_dev_curve``: every rate's dev accuracy at every evaluation of every cell (mixer, task,
   difficulty, seed, d, lr, step, dev_accuracy);
@@ -35,17 +35,17 @@ from typing import Literal, NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.boundary import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
+from ema_core.studies.boundary.tasks import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
                                exclusion_floor, make_data, mqar_fits, task_seed)
-from ema_core.boundary_findings import TASKS, TaskName
-from ema_core.boundary_rates import table_rate, table_refusal
+from ema_core.studies.boundary.findings import TASKS, TaskName
+from ema_core.studies.boundary.rates import table_rate, table_refusal
 from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.mixers.causality import check_causal
 from ema_core.protocol import Experiment, Reporter
+from ema_core.studies.boundary import KIND
 
-KIND = "boundary"
 # 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone); 3: the
 # agreement cells carry their redundancy (the grid, and so a cell's index, changed with it).
 CHECKPOINT_FORMAT = 3
@@ -127,10 +127,10 @@ class BoundaryTrainConfig(BaseModel):
                                                                  "(each is also scored where it stops)")
     # Choosing in every cell trains every rate (2.5 times a cell's steps at choose_at 0.5); the table
     # holds the rate each (mixer, task) chose on dev at a dev seed, at the settings it was made at
-    # (ema_core.boundary_rates), so that a cell trains once.
+    # (ema_core.studies.boundary.rates), so that a cell trains once.
     lr_choice: Literal["dev", "table"] = Field("dev", description="dev: train every rate of lrs in every cell, keep "
                                                                   "the best on dev; table: the rate chosen on dev at a "
-                                                                  "dev seed (ema_core/boundary_rates.py)")
+                                                                  "dev seed (ema_core/studies/boundary/rates.py)")
 
     @field_validator("lrs")
     @classmethod
@@ -359,7 +359,7 @@ PRESETS: dict[str, dict] = {
     # with recall against state at four widths (the body's, 64, among them).
     # For time, an MLP of 2·d (zoology's MQAR models have none; at d = 64 the MLP is most of a
     # step), and each cell trains once at the rate its (mixer, task) chose on dev at the end of
-    # training at dev seed 20 (ema_core/boundary_rates.py): of four rates a factor of 2 apart, from
+    # training at dev seed 20 (ema_core/studies/boundary/rates.py): of four rates a factor of 2 apart, from
     # 3e-2 (where EMA trains) down to 3.75e-3.  Chosen at the end, not half way: half way chose
     # another rate in 51 of 101 cells at seed 20, at a test cost up to 0.34 (docs/benchmarks.md).
     "quick": {"tasks": ("agree_structure", "agree_content4", "mqar", "lag_identity"), "redundancy": (0.0, 0.5, 0.9),

@@ -37,8 +37,8 @@ from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, weights_byte
 from ema_core.lm.token_classes import SPLITS
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, evaluate, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig
+from ema_core.studies.content import KIND
 
-KIND = "lm"
 # What the ``partition`` column of ``lm_token_classes`` calls each of train.CLASS_SPLITS.
 PARTITIONS = {s.key: s.partition for s in SPLITS}
 
@@ -180,7 +180,7 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     final = out["final"]
     if rank == 0:
         # The trained model stays with the run (its checkpoints stop before the end, and few are kept):
-        # ema_core.experiments.lm_eval evaluates it again, the Content page samples from it.
+        # ema_core.studies.content.evaluation evaluates it again, the Content page samples from it.
         reporter.save_artifact(MODEL_ARTIFACT, weights_bytes(model))
     # The n-gram baselines on the very windows of the final evaluation (rank 0's): what the loss by class
     # is with no network, beside the models' (ema_core.lm.ngram; a fraction of a second at tiny).

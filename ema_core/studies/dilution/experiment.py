@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.config import PAPER_ALPHAS, check_rates, seed_field
 from ema_core.dilution_config import Decoder, StreamConfig, check_decoder_window
 from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
+from ema_core.studies.dilution import KIND
 
-KIND = "dilution"
 GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
 CHECKPOINT_FORMAT = 1
 

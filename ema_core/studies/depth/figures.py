@@ -18,12 +18,12 @@ import pandas as pd
 from ema_core import palette
 from ema_core.depth import ALL_RULES, RULE_LABELS
 from ema_core.depth import rates as rate_tables
-from ema_core.depth_findings import blocks, by_budget, claim_verdicts, trained_deep
+from ema_core.studies.depth.findings import blocks, by_budget, claim_verdicts, trained_deep
 from ema_core.dilution import rate_label
 from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH,
                               WIDTH, chart_title, color_scale, facet_grid, legend, reference_rule, value_format,
                               with_layout)
-from ema_core.figures.dilution import HORIZON_DASHES, HORIZON_KINDS, SIR_CLIP_DB, WEIGHT_FLOOR, feature_color
+from ema_core.studies.dilution.figures import HORIZON_DASHES, HORIZON_KINDS, SIR_CLIP_DB, WEIGHT_FLOOR, feature_color
 from ema_core.lm.rates import AUTO
 
 # -- the explorer --------------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def explorer_identity_charts(depth_acc: pd.DataFrame, time_acc: pd.DataFrame, ch
 
     ``depth_acc``: rule, distance, accuracy (:class:`ema_core.depth.explorer.DepthResult`); ``time_acc``:
     feature, lag, accuracy (the time axis's IdentityResult); the horizons from
-    :func:`explorer_horizon_frame` and :func:`ema_core.figures.dilution.horizon_frame`."""
+    :func:`explorer_horizon_frame` and :func:`ema_core.studies.dilution.figures.horizon_frame`."""
     sub = EXPLORER_DECODER_SUBTITLES.get(decoder, "scored on held-out stacks")
     d = _labelled(depth_acc[["rule", "distance", "accuracy"]])
     t = _time_series(time_acc[["feature", "lag", "accuracy"]], "feature")
@@ -240,7 +240,7 @@ def explorer_identity_charts(depth_acc: pd.DataFrame, time_acc: pd.DataFrame, ch
 # Charts of the depth kind's tables (store.depth: depth_results, depth_weights, depth_weight_steps,
 # depth_remix): held-out loss and the probes against depth per rule, the learned depth weights as
 # DenseFormer draws them and as they train, the rates trained at, the remix test beside the jointly
-# trained gain, and the budget axis (each budget judged apart, by ema_core.depth_findings).
+# trained gain, and the budget axis (each budget judged apart, by ema_core.studies.depth.findings).
 
 DEPTH_METRICS: dict[str, tuple[str, str]] = {
     # column: (axis title, what it is)
@@ -522,7 +522,7 @@ def remix_frame(rows: pd.DataFrame, remix: pd.DataFrame) -> pd.DataFrame:
 def budget_frame(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per budget (training tokens per model), smallest first: its runs and seeds, the fixed sum's
     mean held-out loss at its shallowest and deepest depth and whether the deepest beats the shallowest
-    (:func:`ema_core.depth_findings.trained_deep`), and the word of the claim "the gap grows with depth"
+    (:func:`ema_core.studies.depth.findings.trained_deep`), and the word of the claim "the gap grows with depth"
     there."""
     out = []
     for tokens, (held, _) in by_budget(rows).items():

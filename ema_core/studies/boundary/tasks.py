@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ema_core.boundary_findings import TASKS  # declared where the store reads it without torch
+from ema_core.studies.boundary.findings import TASKS  # declared where the store reads it without torch
 from ema_core.schedule import warmup_cosine
 
 SPLITS = ("train", "dev", "test")

@@ -1,0 +1,15 @@
+"""Dilution in depth (PAPER.md §4 item 5): language models whose residual stream sums, weighs or selects
+its blocks, at several depths."""
+from ema_core.studies import Page, Study
+from ema_core.studies.depth import findings
+
+KIND = "depth"
+
+STUDY = Study(
+    name="depth", title="Depth dilution", experiments={KIND: "experiment"},
+    claim="Fixed-coefficient accumulation dilutes across depth too: a residual stream adds every block's write with "
+          "weight 1, and only learned, input-dependent selection fixes it (fixed sum < static weights < "
+          "input-dependent, the gap growing with depth).",
+    source="abstract, summaries",
+    pages=(Page("depth", "Depth dilution", ":material/stacked_line_chart:"),), scores=findings.scores,
+)
