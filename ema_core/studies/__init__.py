@@ -52,6 +52,10 @@ class Study:
     scores: Callable[..., list[Any]] | None = None
     claim_tables: tuple[str, ...] = ()
     not_judged: str = ""            # why a study that judges nothing does not (the Overview says it)
+    # The figures of one run's rows of an exported table, offered as SVG/PNG beside it on the Export
+    # page: {table: the function of the folder's ``figures.py`` that draws them}.  The store never
+    # draws (it imports no chart code); the page looks them up here.
+    export_figures: Mapping[str, str] = field(default_factory=dict)
     # Result tables that need no SQL of their own (:class:`ema_core.tables.RunTableSpec`): the store
     # creates them, fills them from the run's result and offers them for export.
     tables: tuple[Any, ...] = ()
