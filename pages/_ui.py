@@ -6,12 +6,17 @@ PNG for every chart on every slider move would cost more than the recompute itse
 """
 from __future__ import annotations
 
+import time
+from typing import Callable, TypeVar
+
 import altair as alt
 import pandas as pd
 import streamlit as st
 
 from ema_core.figures import chart_to_png, chart_to_svg
 from ema_core.tables import to_latex_booktabs, to_markdown
+
+T = TypeVar("T")
 
 
 def chart_with_downloads(chart: alt.TopLevelMixin, name: str, key: str) -> None:
@@ -98,3 +103,31 @@ def stop_if_oversized(footprint: float, advice: str) -> None:
             f"(the page stops at {MEASURE_BUDGET_BYTES / 2**30:.1f} GiB). {advice}"
         )
         st.stop()
+
+
+def measure_cached(measure: Callable[[str], T], cfg, spinner: str, seconds: Callable[[T], float]) -> tuple[T, bool]:
+    """``measure`` (a cached function of the config's JSON) of ``cfg`` under a spinner; and whether the
+    result came from the cache, said beside the time ``seconds`` reads from it (the measurement's own)."""
+    t0 = time.perf_counter()
+    with st.spinner(spinner):
+        result = measure(cfg.model_dump_json())
+    # A cache hit returns in a small part of the time the measurement took: the time shown is then not this run's.
+    return result, time.perf_counter() - t0 < 0.5 * seconds(result)
+
+
+def stored_text(cfg) -> str:
+    """How the measured stream or trace was stored, in words: ``cfg``'s precision and noise."""
+    return f"stored as {cfg.precision}" + (f" with noise σ = {cfg.noise:g}" if cfg.noise > 0 else "")
+
+
+def measured_caption(cfg, seconds: float, cached: bool, chance: float, *, held_out: str, features: str,
+                     window: str = "") -> None:
+    """The caption under a measurement: its time, what the decoder trained and was scored on (``held_out``
+    names the test items, ``window`` the linear decoder's input where it has one), how the ``features`` were
+    stored, and chance."""
+    st.caption(
+        f"Measured in {seconds:.2f} s{' (cached)' if cached else ''}: "
+        + (f"{cfg.n_train} training and {cfg.n_test} held-out {held_out}" + (f", {window}" if window else "")
+           if cfg.decoder == "linear" else f"the peel on {cfg.n_test} held-out {held_out}, no training")
+        + f", {features} {stored_text(cfg)}, chance 1/V = {chance:.4g}."
+    )

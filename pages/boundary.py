@@ -7,23 +7,26 @@ import streamlit as st
 from ema_core.studies.boundary.findings import (FLOOR_MIXER, PAPER_HIERARCHY, RECALL_LEVEL, TASKS, VERDICT_RULE,
                                        claim_verdicts, claims_and_checks, measured_order, recall_frontier,
                                        recipe_failures_text, runs_reach, undertrained_text)
-from ema_core.experiments import REGISTRY, build_config
+from ema_core.experiments import build_config
 from ema_core.studies.boundary.figures import (boundary_frame, crossing_chart, crossing_frame, dev_curve_chart, dose_frame,
                                        dose_response_chart, heat_map, mixer_order, mqar_chart, recall_state_chart,
                                        recall_state_frame, task_label, task_order)
 from ema_core.mixers import MIXER_NAMES
 from ema_core.studies.boundary.findings import scores as boundary_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
+from pages._grid import Axis, grid_launch, grid_runs
 from pages._router import ensure_router
-from pages._state import finished_runs, launch, pick_config_seeds, query, read_store
+from pages._state import query
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from pages._verdicts import verdict_lines
-from store import list_runs, mean_std_cells
+from store import mean_std_cells
 from store.boundary import boundary_accuracy, boundary_dev_curve, boundary_recall_state
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
 KIND = "boundary"
+# What each preset runs, in words, and how long it takes (its seeds are read from its config).  The
+# launch form offers the presets in this order.
 PRESET_NOTES = {"quick": "every mixer, the dial at three redundancies, MQAR and recall at four widths, about 12 minutes on two CPU cores", "full": "the whole grid, for a GPU"}
 CHANCE_TEXT = f"""
 **Chance** is what a model that ignores its input scores on a cell: the better of a uniform guess and
@@ -84,36 +87,12 @@ def map_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def launch_section() -> None:
-    st.subheader("Launch")
-    exp = REGISTRY[KIND]
-    presets = sorted(exp.presets, key=lambda p: (p != "quick", p != "full", p))
-    seeds_of = {p: build_config(KIND, preset=p).seeds for p in PRESET_NOTES if p in presets}
-    st.markdown("One run holds every cell of the grid (mixer × task × difficulty × its seeds) and runs as a "
-                "background job; the page shows it once it is done. "
-                + "; ".join(f"`{p}`: {note}, {seeds_of[p]} seed(s)" for p, note in PRESET_NOTES.items() if p in presets)
-                + f". The claims are judged on {VERDICT_MIN_SEEDS} seeds or more.")
-    with st.form("boundary_launch"):
-        left, right = st.columns(2)
-        preset = left.selectbox("Preset", presets, key="boundary_preset")
-        seed = right.number_input("Seed", min_value=0, max_value=2**31 - 33, value=0, step=1,
-                                  key="boundary_seed", help="the first seed; a preset of several seeds counts up")
-        mixers = st.multiselect("Mixers", list(MIXER_NAMES), default=list(MIXER_NAMES), key="boundary_mixers")
-        # The quick preset's tasks by default (its rate table has rates for those; a task it has none
-        # for chooses its rate on dev in every cell, the slower way).
-        tasks = st.multiselect("Tasks", list(TASKS), default=list(build_config(KIND, preset="quick").tasks),
-                               key="boundary_tasks", format_func=task_label)
-        launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
-    if launched:
-        if not mixers or not tasks:
-            st.warning("Pick at least one mixer and one task.")
-            return
-        # In the mixers' and the tasks' own order, whatever order they were clicked in: two
-        # launches of the same choice are then the same config (and the second says "already done").
-        chosen_mixers = [m for m in MIXER_NAMES if m in mixers]
-        chosen_tasks = [t for t in TASKS if t in tasks]
-        launch(lambda: [(KIND, build_config(KIND, preset=preset, seed=int(seed),
-                                            overrides={"mixers": chosen_mixers, "tasks": chosen_tasks}))],
-               preset, seed_key="boundary_seed")
+    # The quick preset's tasks by default (its rate table has rates for those; a task it has none
+    # for chooses its rate on dev in every cell, the slower way).
+    grid_launch(KIND, "boundary", cells="mixer × task × difficulty", notes=PRESET_NOTES,
+                describe=lambda p: f"{PRESET_NOTES[p]}, {build_config(KIND, preset=p).seeds} seed(s)",
+                axes=(Axis("mixers", "Mixers", MIXER_NAMES, MIXER_NAMES, "mixer"),
+                      Axis("tasks", "Tasks", TASKS, build_config(KIND, preset="quick").tasks, "task", task_label)))
 
 
 st.title("Boundary map")
@@ -133,18 +112,8 @@ keep the category and lose the identity as *k* grows, where attention keeps both
 """
 )
 
-runs = read_store(lambda: list_runs(kind=KIND, limit=None))
-
-done = finished_runs(runs, "boundary", "one run per preset and seed", launch_section)
-
-picked, picked_configs, configs, _ = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)",
-                                                      "boundary_runs", launch_section)
-
-rows = query(lambda: boundary_accuracy(picked))
-if rows.empty:
-    st.info("These runs hold no cells of the map.")
-    launch_section()
-    st.stop()
+_, picked, picked_configs, configs, rows = grid_runs(KIND, "boundary", "boundary", launch_section, boundary_accuracy,
+                                                    "These runs hold no cells of the map.")
 
 frame = boundary_frame(rows)
 seeds = sorted({int(s) for s in rows["seed"].dropna()})

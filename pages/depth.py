@@ -9,24 +9,26 @@ import streamlit as st
 from ema_core.depth import RULE_LABELS, RULES
 from ema_core.studies.depth.findings import (PREDICTED_ORDER, REMIX_SHARE, VERDICT_RULE, blocks, by_budget, claim_verdicts,
                                      claims_and_checks, depth_statement, measured_order)
-from ema_core.experiments import REGISTRY, build_config
+from ema_core.experiments import build_config
 from ema_core.studies.depth.figures import (DEPTH_METRICS, budget_chart, budget_frame, budget_label, budget_loss_frame,
                                     depth_frame, depth_metric_chart, rate_source, rates_frame, remix_frame,
                                     trajectory_chart, trajectory_frame, weights_frame, weights_map)
 from ema_core.studies.depth.findings import scores as depth_scores
 from ema_core.verdicts import VERDICT_MIN_SEEDS
+from pages._grid import Axis, grid_launch, grid_runs
 from pages._router import ensure_router
-from pages._state import finished_runs, from_url, launch, pick_config_seeds, query, read_store, to_url
+from pages._state import from_url, query, to_url
 from pages._ui import chart_with_downloads, table_downloads, unbroken
 from pages._verdicts import verdict_lines
-from store import list_runs, mean_std_cells
+from store import mean_std_cells
 from store.depth import depth_remix, depth_results, depth_weight_steps, depth_weights
 
 ensure_router()  # before anything is drawn: see pages/_router.py
 
 KIND = "depth"
 # What a preset's config cannot say: how long it takes.  Its depths, tokens and seeds are read from
-# the config itself, so that the note cannot drift from what a launch runs.
+# the config itself, so that the note cannot drift from what a launch runs.  The launch form offers the
+# presets in this order, the shortest first.
 PRESET_NOTES = {"quick": "about 10 minutes a seed on two CPU cores",
                 "long": "about an hour a seed on two CPU cores, at the quick budget's rates read on purpose",
                 "full": "for a GPU or a night"}
@@ -37,8 +39,7 @@ def preset_note(preset: str) -> str:
     tokens = cfg.train.steps * cfg.train.batch * cfg.train.seq_len  # what each model trains on
     depths = [str(L) for L in cfg.depths]
     grid = depths[0] if len(depths) == 1 else f"{', '.join(depths[:-1])} and {depths[-1]}"
-    return (f"`{preset}`: {grid} blocks, {tokens:,} training tokens per model, {cfg.seeds} seed(s), "
-            f"{PRESET_NOTES[preset]}")
+    return f"{grid} blocks, {tokens:,} training tokens per model, {cfg.seeds} seed(s), {PRESET_NOTES[preset]}"
 
 
 def results_table(frame: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
@@ -65,32 +66,8 @@ def results_table(frame: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def launch_section() -> None:
-    st.subheader("Launch")
-    exp = REGISTRY[KIND]
-    order = list(PRESET_NOTES)  # quick, long, full: shortest first
-    presets = sorted(exp.presets, key=lambda p: (order.index(p) if p in order else len(order), p))
-    st.markdown("One run holds every cell (rule × depth × its seeds) and runs as a background job; the page "
-                "shows it once it is done. "
-                + "; ".join(preset_note(p) for p in PRESET_NOTES if p in presets)
-                + f". The claims are judged on {VERDICT_MIN_SEEDS} seeds or more.")
-    with st.form("depth_launch"):
-        left, mid, right = st.columns(3)
-        preset = left.selectbox("Preset", presets, key="depth_preset")
-        seed = mid.number_input("Seed", min_value=0, max_value=2**31 - 33, value=0, step=1, key="depth_seed",
-                                help="the first seed; a run of several seeds counts up")
-        seeds = right.number_input("Seeds", min_value=1, max_value=32, value=1, step=1, key="depth_seeds",
-                                   help=f"seeds in this run (the claims need {VERDICT_MIN_SEEDS})")
-        rules = st.multiselect("Residual rules", list(RULES), default=list(RULES), key="depth_rules",
-                               format_func=lambda r: RULE_LABELS[r])
-        launched = st.form_submit_button("Launch", type="primary", icon=":material/play_arrow:")
-    if launched:
-        if not rules:
-            st.warning("Pick at least one rule.")
-            return
-        chosen = [r for r in RULES if r in rules]  # the rules' own order: the same choice is the same config
-        launch(lambda: [(KIND, build_config(KIND, preset=preset, seed=int(seed),
-                                            overrides={"rules": chosen, "seeds": int(seeds)}))],
-               preset, seed_key="depth_seed")
+    grid_launch(KIND, "depth", cells="rule × depth", notes=PRESET_NOTES, describe=preset_note, choose_seeds=True,
+                axes=(Axis("rules", "Residual rules", RULES, RULES, "rule", RULE_LABELS.get),))
 
 
 st.title("Depth dilution")
@@ -110,16 +87,8 @@ holds: the input token's identity, the previous token's, and block 1's own write
 """
 )
 
-runs = read_store(lambda: list_runs(kind=KIND, limit=None))
-done = finished_runs(runs, "depth comparison", "one run per preset and seed", launch_section)
-picked, picked_configs, configs, _ = pick_config_seeds(done, KIND, "Runs (default: every run of the newest config)",
-                                                      "depth_runs", launch_section)
-
-picked_rows = query(lambda: depth_results(picked))
-if picked_rows.empty:
-    st.info("These runs hold no cells.")
-    launch_section()
-    st.stop()
+done, picked, picked_configs, configs, picked_rows = grid_runs(KIND, "depth", "depth comparison", launch_section,
+                                                              depth_results, "These runs hold no cells.")
 picked_remix = query(lambda: depth_remix(picked))
 # Runs of different budgets (training tokens per model) are never pooled: the charts and tables show one
 # budget, and the claims are judged at each apart.

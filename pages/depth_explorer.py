@@ -2,7 +2,6 @@
 time axis's EMA trace beside it, in the same terms."""
 from __future__ import annotations
 
-import time
 from typing import get_args
 
 import streamlit as st
@@ -44,7 +43,10 @@ from pages._ui import (
     STREAM_LIMITS,
     chart_with_downloads,
     drop_bad_state,
+    measure_cached,
+    measured_caption,
     stop_if_oversized,
+    stored_text,
     table_downloads,
 )
 
@@ -191,10 +193,8 @@ chart_with_downloads(explorer_depth_sweep_chart(embedding_sir_frame(cfg), cfg.la
 st.subheader("Measured")
 stop_if_oversized(explorer_footprint(cfg), "Lower the number of layers, the dimension or the vocabulary.")
 
-t0 = time.perf_counter()
-with st.spinner("Training the read-outs…" if cfg.decoder == "linear" else "Peeling the streams…"):
-    depth, trace = _measure(cfg.model_dump_json())
-cached = time.perf_counter() - t0 < 0.5 * (depth.seconds + trace.seconds)
+(depth, trace), cached = measure_cached(_measure, cfg, "Training the read-outs…" if cfg.decoder == "linear"
+                                       else "Peeling the streams…", lambda r: r[0].seconds + r[1].seconds)
 
 left, right = st.columns(2)
 depth_chart, time_chart = explorer_identity_charts(
@@ -215,21 +215,16 @@ table[trace_label] = table["distance"].map(lag_acc)
 table.columns.name = None
 st.dataframe(table, hide_index=True, height=360, key="depth_explorer_table",
              column_config={c: st.column_config.NumberColumn(format="%.3f") for c in table.columns[2:]})
-stored_text = f"stored as {cfg.precision}" + (f" with noise σ = {cfg.noise:g}" if cfg.noise > 0 else "")
 table_downloads(
     table, "depth_explorer_identity", key="depth_explorer_table_dl",
     caption=f"Identity accuracy of layer j's write by its distance L − j from the top ({cfg.decoder} decoder, "
             f"L = {cfg.layers}, growth {cfg.growth:g}, γ = {cfg.gamma:g}, β = {cfg.sharpness:g}, "
-            f"{CODE_LABELS[cfg.codes]}, V = {cfg.vocab}, D = {cfg.dim}, {stored_text}, seed {cfg.seed}), and of "
+            f"{CODE_LABELS[cfg.codes]}, V = {cfg.vocab}, D = {cfg.dim}, {stored_text(cfg)}, seed {cfg.seed}), and of "
             f"the EMA trace α = {alpha:g} at lag k = distance; chance {depth.chance:.3g}.",
     label="tab:depth-explorer-identity",
 )
-st.caption(
-    f"Measured in {depth.seconds + trace.seconds:.2f} s{' (cached)' if cached else ''}: "
-    + (f"{cfg.n_train} training and {cfg.n_test} held-out stacks (and steps of the trace)" if cfg.decoder == "linear"
-       else f"the peel on {cfg.n_test} held-out stacks (and steps of the trace), no training")
-    + f", streams {stored_text}, chance 1/V = {depth.chance:.4g}."
-)
+measured_caption(cfg, depth.seconds + trace.seconds, cached, depth.chance,
+                 held_out="stacks (and steps of the trace)", features="streams")
 # Which limit applies, worded from the measured and analytic horizons, on both axes.
 st.markdown(f"**Which limit applies in depth.** {depth_limit_summary(depth.limits)}\n\n"
             + "\n".join(depth_limit_sentences(depth.limits, cfg)))

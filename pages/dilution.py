@@ -1,10 +1,8 @@
 """Trace dilution explorer: what is left of the token at lag k in an EMA trace, on paper and measured."""
 from __future__ import annotations
 
-import time
 from typing import get_args
 
-import pandas as pd
 import streamlit as st
 from pydantic import ValidationError
 
@@ -28,7 +26,10 @@ from pages._ui import (
     STREAM_LIMITS,
     chart_with_downloads,
     drop_bad_state,
+    measure_cached,
+    measured_caption,
     stop_if_oversized,
+    stored_text,
     table_downloads,
 )
 
@@ -176,16 +177,13 @@ with right:
 st.subheader("Measured")
 stop_if_oversized(measure_footprint(cfg), "Lower the window, the embedding dimension, the vocabulary or the max lag.")
 
-t0 = time.perf_counter()
-with st.spinner("Training the decoders…" if cfg.decoder == "linear" else "Peeling the traces…"):
-    result = _measure(cfg.model_dump_json())
-cached = time.perf_counter() - t0 < 0.5 * result.seconds
+result, cached = measure_cached(_measure, cfg, "Training the decoders…" if cfg.decoder == "linear"
+                                else "Peeling the traces…", lambda r: r.seconds)
 order = list(dict.fromkeys(result.accuracy["feature"]))
 table = result.accuracy.pivot(index="lag", columns="feature", values="accuracy")[order].reset_index()
 table.columns.name = None
 
 window_text = f"window {cfg.window}" if cfg.window > 1 else "current state only"
-stored_text = f"stored as {cfg.precision}" + (f" with noise σ = {cfg.noise:g}" if cfg.noise > 0 else "")
 chart_col, table_col = st.columns([3, 2])
 with chart_col:
     chart_with_downloads(identity_chart(result.accuracy, result.chance, cfg.decoder,
@@ -204,15 +202,10 @@ with table_col:
         "identity_accuracy",
         key="identity_table_dl",
         caption=f"Identity accuracy at lag k ({cfg.decoder} decoder, V={cfg.vocab}, D={cfg.dim}, {window_text}, "
-                f"{stored_text}, seed {cfg.seed}); chance {result.chance:.3g}.",
+                f"{stored_text(cfg)}, seed {cfg.seed}); chance {result.chance:.3g}.",
         label="tab:identity-accuracy",
     )
-st.caption(
-    f"Measured in {result.seconds:.2f} s{' (cached)' if cached else ''}: "
-    + (f"{cfg.n_train} training and {cfg.n_test} held-out steps, {window_text}" if cfg.decoder == "linear"
-       else f"the peel on {cfg.n_test} held-out steps, no training")
-    + f", traces {stored_text}, chance 1/V = {result.chance:.4g}."
-)
+measured_caption(cfg, result.seconds, cached, result.chance, held_out="steps", features="traces", window=window_text)
 # Which limit applies, worded from the measured and analytic horizons (ema_core.dilution.limit_frame).
 st.markdown(f"**Which limit applies here.** {limit_summary(result.limits)}\n\n"
             + "\n".join(limit_sentences(result.limits, cfg, cfg.decoder)))
