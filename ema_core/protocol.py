@@ -16,7 +16,7 @@ import io
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -62,7 +62,7 @@ class Reporter(Protocol):
 
     # Optional, not part of the protocol's check: a reporter may also offer ``cell_pool(workers)``, a
     # pool over a cluster's workers for an experiment that trains independent units in parallel (the
-    # boundary map's cells; see ema_core.experiments.cells.LocalCellPool for what a pool does).
+    # boundary map's cells; see ema_core.cells.LocalCellPool for what a pool does).
     # The job runner's reporter has one on Ray; without it the experiment uses this machine's processes.
 
 
@@ -97,6 +97,38 @@ class Experiment:
         # Declared here, read by every reader of a run folder (ingest, runner, worker, a resuming
         # checkpoint's StoredConfig) without importing this kind's experiment.
         declare_older_shapes(self.kind, dict(self.older_paths), dict(self.older_behaviour))
+
+
+class Column(NamedTuple):
+    """A column of a result table, besides its ``run_id``."""
+
+    name: str
+    type: type  # str, int or float: what a result row's value is checked and converted to
+    key: bool   # part of the primary key (besides run_id): required and never null
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """A result table a study declares (``Study.tables``): a run's ``result["tables"][name]`` fills it.
+
+    The store makes the table from this declaration (no SQL in the study), reads its rows for a run,
+    groups them across seeds and offers them for export.  A key column named ``seed`` means a run
+    holds several seeds, one per row; otherwise a row's seed is its run's.  A declared table, once
+    stored, keeps its columns: a change is a numbered migration in the store.
+    """
+
+    name: str
+    columns: tuple[Column, ...]
+    description: str  # what one row is, as the Export page and the CLI say it
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.key)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """What is averaged across seeds: every number that is not a key."""
+        return tuple(c.name for c in self.columns if not c.key and c.type in (int, float))
 
 
 @dataclass

@@ -34,11 +34,13 @@ from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import units_for, with_unit
 from ema_core.messages import error_line, one_line
 from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError
+from jobs.ray_backend import RayRunner
 from jobs.runner import LocalRunner, eta_text, existing_run, format_duration, next_free_seed
 
-# The store (pandas and DuckDB, 0.5 s to import) is imported by the commands that open it, not here:
-# `jobs` never does, and `run --background` only queues.  Everything above comes with the registry
-# anyway (torch, 1.2 s), which every command needs to know the kinds.
+# The store (pandas and DuckDB, 0.4 s to import on top of the rest) is imported by the commands that
+# open it, through _store, not here: `jobs` never does, and `run --background` only queues.  Everything
+# above comes with the registry anyway (torch, 1.2 s), which every command needs to know the kinds;
+# the Ray runner's module is light (ray itself is imported when a runner joins a cluster).
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -127,9 +129,14 @@ def cmd_run(args) -> int:
             runner.close()
 
 
-def _ray_runner(address: str):
-    from jobs.ray_backend import RayRunner  # ray (seconds to import) only when asked for
+def _store():
+    """The ``store`` package, for the commands that open the store (see the note at the top)."""
+    import store  # start-up: pandas and DuckDB (0.4 s), paid only by the commands that open the store
 
+    return store
+
+
+def _ray_runner(address: str):
     try:
         return RayRunner(address)
     except ImportError as exc:
@@ -158,12 +165,12 @@ def _run_with(runner, args, config) -> int:
         return EXIT_OK
     if not reused:
         _follow(runner, run_id, quiet=args.json)
-    from store import StoreError, ingest  # pandas and DuckDB (0.5 s): only once there is something to ingest
+    store = _store()  # only once there is something to ingest
 
     ingest_error = None
     try:
-        ingest(run_ids=[run_id])
-    except (StoreError, StorageError) as exc:  # the run itself is fine, and reported below
+        store.ingest(run_ids=[run_id])
+    except (store.StoreError, StorageError) as exc:  # the run itself is fine, and reported below
         ingest_error = str(exc)
         _warn(f"the run finished but could not be added to the store: {exc}")
     record = _run_record(runner, run_id, args.preset, background=args.background, reused=reused, next_seed=next_seed)
@@ -318,7 +325,8 @@ def _known(run_id: str) -> None:
 
 
 def cmd_export(args) -> int:
-    from store import GROUPABLE, export as ex, ingest  # pandas and DuckDB (0.5 s): commands that open the store
+    store = _store()
+    ex = store.export
 
     # Everything is checked before the store is brought up to date: a bad argument leaves no store
     # file, no export folder and no export behind.
@@ -326,9 +334,9 @@ def cmd_export(args) -> int:
         raise UsageError(f"--table must be one of {', '.join(ex.EXPORT_TABLES)}, got {args.table!r}")
     if args.format not in ex.FORMATS:
         raise UsageError(f"--format must be one of {', '.join(ex.FORMATS)}, got {args.format!r}")
-    if args.grouped and args.table not in GROUPABLE:
+    if args.grouped and args.table not in store.GROUPABLE:
         raise UsageError(f"--grouped: table {args.table!r} cannot be grouped across seeds; "
-                         f"groupable: {', '.join(GROUPABLE)}")
+                         f"groupable: {', '.join(store.GROUPABLE)}")
     if args.runs is not None and args.table == "bench_figures":
         raise UsageError("--runs: table 'bench_figures' is not per run; leave --runs out")
     for run_id in args.runs or ():
@@ -341,7 +349,7 @@ def cmd_export(args) -> int:
     except OSError as exc:
         raise UsageError(f"--out: {args.out!r} is not a usable file name: {exc.strerror or exc}") from exc
 
-    report = ingest()
+    report = store.ingest()
     for err in report.get("errors") or ():
         _warn(f"run {err.get('run_id')}: {err.get('error')}")
     try:
@@ -363,16 +371,16 @@ def cmd_export(args) -> int:
 
 
 def cmd_store(args) -> int:
-    from store import check, migrate_store  # pandas and DuckDB (0.5 s): commands that open the store
+    store = _store()
 
     if args.action == "migrate":
-        report = migrate_store()
+        report = store.migrate_store()
         report["ok"] = True
         text = (f"{report['path']}: schema {report['schema_version']}"
                 + (f"; applied {', '.join(report['applied'])}" if report["applied"] else "; up to date"))
         _emit(report, args.json, text)
         return EXIT_OK
-    report = check()
+    report = store.check()
     if report.get("error") and not args.json:
         # Not a report on a store but a store that cannot be used: one line, as every command says it.
         print(f"emalab: {one_line(report['error'], 'escape')}", file=sys.stderr)
@@ -459,8 +467,7 @@ def _figures(obj: Any, prefix: str = "") -> dict[str, float]:
 def _record(bench: str, report: dict, args) -> int:
     # The store's bench_figures table (and its export) shows the newest figure of every key with
     # the machine and the command: a benchmark run from here is recorded there.
-    from store import StoreError, record_bench  # pandas and DuckDB (0.5 s): commands that open the store
-
+    store = _store()
     machine = report.get("machine") if isinstance(report.get("machine"), dict) else {}
     for key in ("cpus", "load_average_1m"):
         if key in report:
@@ -468,8 +475,8 @@ def _record(bench: str, report: dict, args) -> int:
     command = " ".join(["emalab", "bench", args.name] + (["--quick"] if args.quick else [])
                        + (["--T", str(args.T)] if args.T else []))
     try:
-        return record_bench(bench, _figures(report), machine=machine or None, command=command)
-    except (StoreError, StorageError) as exc:  # the figures are still printed
+        return store.record_bench(bench, _figures(report), machine=machine or None, command=command)
+    except (store.StoreError, StorageError) as exc:  # the figures are still printed
         _warn(f"the figures could not be recorded in the store: {exc}")
         return 0
 
@@ -479,7 +486,7 @@ def _record(bench: str, report: dict, args) -> int:
 
 def _export_help(table: argparse.Action, fmt: argparse.Action) -> None:
     """`emalab export --help`'s lists, from the store's registries (every table a study registers)."""
-    from store import export as ex  # pandas and DuckDB (0.5 s): only when this help is printed
+    ex = _store().export  # only when this help is printed
 
     table.help = "one of: " + "; ".join(f"{name} ({t.description})" for name, t in ex.EXPORT_TABLES.items())
     fmt.help = "one of: " + "; ".join(f"{name}: {f.label}" for name, f in ex.FORMATS.items())

@@ -14,28 +14,18 @@ it shows up as crashed, like a local one, and resumes from its checkpoint when a
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import threading
-from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 
 from ema_core.messages import error_line
 from ema_core.rundir import RunDir, now_iso
+from jobs.ray_cells import import_ray
 from jobs.runner import ROOT, Runner
 from jobs.worker import run_job
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _ray():
-    try:
-        import ray  # the optional 'cluster' extra: only the Ray runner needs it, and may find it missing
-    except ImportError as exc:
-        raise ImportError("the Ray backend needs the 'cluster' extra: pip install -e '.[cluster]'") from exc
-    return ray
 
 
 def _stay_on_loopback() -> None:
@@ -47,79 +37,6 @@ def _stay_on_loopback() -> None:
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
         constants.ENABLE_RAY_CLUSTER = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() in ("1", "true")
-
-
-def _on_ray(fn, *args):
-    """A unit of a run, on whichever cluster worker Ray chose: its outcome, and where it ran."""
-    ray = _ray()
-    return ray.get_runtime_context().get_node_id(), os.getpid(), fn(*args)
-
-
-class RayCellPool:
-    """A run's independent units (the boundary map's cells) as Ray tasks of one CPU each, placed by
-    Ray over the whole cluster, not in processes of the node the run itself landed on.
-
-    The pool :func:`ema_core.experiments.cells.run_parallel` expects (see ``LocalCellPool``
-    there): ``submit`` returns a :class:`concurrent.futures.Future` of the unit's outcome; ``stop``
-    cancels every unit not yet finished (a running one's process is killed; it trains again on
-    resume) and ends its future with None; ``shutdown`` writes one line to the run's log saying
-    where the units ran.  Every unit is submitted at once and Ray runs as many as the cluster has
-    CPUs for (the run's own task keeps one while it waits): ``workers`` is what the caller asked,
-    not a cap here.  A unit that raises fails the run with its error, as a local one does."""
-
-    def __init__(self, workers: int, log=lambda line: None):
-        ray = _ray()
-        self.workers = workers
-        self._log = log
-        self._remote = ray.remote(num_cpus=1, max_retries=0)(_on_ray)
-        self._lock = threading.Lock()
-        self._live: dict[object, Future] = {}  # unfinished: Ray's ref → the future handed out
-        self._where: set[tuple[str, int]] = set()  # (node, pid) of every unit that finished
-        self._done = 0
-        self._closed = False
-
-    def submit(self, fn, *args) -> Future:
-        ref = self._remote.remote(fn, *args)
-        mine: Future = Future()
-        mine.set_running_or_notify_cancel()  # in Ray's hands now: only stop() takes it back
-        with self._lock:
-            self._live[ref] = mine
-        ref.future().add_done_callback(lambda f, ref=ref: self._finish(ref, f))
-        return mine
-
-    def _finish(self, ref, ray_future) -> None:
-        with self._lock:
-            mine = self._live.pop(ref, None)
-            if mine is None:  # stopped first: its future already said None
-                return
-            try:
-                node, pid, outcome = ray_future.result()
-            except BaseException as exc:  # noqa: BLE001 - the unit's error becomes the caller's
-                mine.set_exception(exc)
-                return
-            self._where.add((node, pid))
-            self._done += 1
-        mine.set_result(outcome)
-
-    def stop(self) -> None:
-        ray = _ray()
-        with self._lock:
-            live, self._live = self._live, {}
-        for ref, mine in live.items():
-            with contextlib.suppress(Exception):  # it may have ended meanwhile
-                ray.cancel(ref, force=True)
-            mine.set_result(None)
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:  # noqa: ARG002
-        if cancel_futures:
-            self.stop()
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            nodes = len({node for node, _ in self._where})
-            self._log(f"{self._done} cells on Ray: {len(self._where)} worker processes on {nodes} "
-                      f"node{'s' if nodes != 1 else ''}")
 
 
 class RayRunner(Runner):
@@ -135,7 +52,7 @@ class RayRunner(Runner):
         if host in LOOPBACK:
             _stay_on_loopback()
             extra["_node_ip_address"] = "127.0.0.1"  # the head's raylet registered itself on loopback
-        ray = _ray()
+        ray = import_ray()
         self.address = address
         self.stale_s = float(stale_s)
         if runtime_env is None:
@@ -168,17 +85,17 @@ class RayRunner(Runner):
     def _drop_queued(self, run_id: str) -> bool:
         ref, _ = self._refs.pop(run_id, (None, None))
         if ref is not None:
-            _ray().cancel(ref)  # still in Ray's queue: drop it (a task already starting sees the flag)
+            import_ray().cancel(ref)  # still in Ray's queue: drop it (a task already starting sees the flag)
         return True
 
     def _force_stop(self, rd: RunDir) -> None:
         ref, _ = self._refs.pop(rd.run_id, (None, None))
         if ref is not None:
-            _ray().cancel(ref, force=True)  # kills the worker process; it resumes from its newest checkpoint
+            import_ray().cancel(ref, force=True)  # kills the worker process; it resumes from its newest checkpoint
 
     def close(self) -> None:
         """Disconnect from the cluster; tasks already running go on there."""
-        ray = _ray()
+        ray = import_ray()
         if ray.is_initialized():
             ray.shutdown()
 
@@ -190,7 +107,7 @@ class RayRunner(Runner):
             return st
         ref, queued_at = self._refs.get(rd.run_id, (None, None))
         if ref is not None:
-            ray = _ray()
+            ray = import_ray()
             ready, _ = ray.wait([ref], timeout=0)
             if not ready:
                 return st

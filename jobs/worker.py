@@ -31,6 +31,7 @@ from ema_core.config import config_error
 from ema_core.messages import error_line
 from ema_core.protocol import Cancelled
 from ema_core.rundir import RunDir, now_iso
+from jobs.ray_cells import RayCellPool
 
 # The experiments (torch, sklearn, ...) are imported only once this worker holds the run's lock:
 # a spare worker, started while the first was still importing, then exits in a fraction of a second.
@@ -297,8 +298,6 @@ def _run_locked(rd: RunDir, backend: str, attempt: int) -> str:
     if backend == "ray":
         # On a cluster, a run's independent units (the boundary map's cells) go to the cluster's
         # workers, not to processes beside this one on its node.
-        from jobs.ray_backend import RayCellPool  # ray only where a run came from Ray
-
         reporter.cell_pool = lambda workers: RayCellPool(workers, log=lambda line: _append_log(rd, line))
     reporter.write_status(state="running", pid=os.getpid(), host=socket.gethostname(), backend=backend,
                           started=now_iso(), ended=None, eta_s=None, eta_settled=False, message="starting",

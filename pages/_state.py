@@ -1,6 +1,7 @@
 """Resources the pages share for the life of the server (not per session)."""
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, NamedTuple, TypeVar
@@ -118,6 +119,19 @@ def _result_pages() -> dict[str, ResultPage]:
 
 
 RESULT_PAGES = _result_pages()
+
+
+def export_figures(table: str) -> Callable[[pd.DataFrame], list] | None:
+    """What draws one run's rows of the exported ``table`` as figures [(file stem, chart)]: the function
+    its study names in ``Study.export_figures``, from its folder's ``figures.py``; None where no study
+    draws that table.  The store draws nothing, so the Export page looks the drawing up here."""
+    for study in STUDIES.values():
+        if table in study.export_figures:
+            # Imported by name when a figure is drawn, not when the page loads: a study's charts bring
+            # altair (and dilution's numba and scipy), 0.8 s the page need not pay to show a table.
+            module = importlib.import_module(f"{study.module}.figures")
+            return getattr(module, study.export_figures[table])
+    return None
 
 
 def result_link(kind: str, run_ids: Collection[str] = (), label: str | None = None) -> None:

@@ -185,7 +185,7 @@ def paper_table(stats: pd.DataFrame, found: pd.DataFrame, verdict: AblationVerdi
          "derived from [A]", *ours(spen, "bpb_ratio", 2, "pairs"),
          "per seed; on one text, bits per byte scale with the loss, so the paper's ratio holds if both models "
          "share a tokenizer"),
-        # Not "identical" beside a number: the verdict of a stated rule (content_findings.VERDICT_RULE), from the
+        # Not "identical" beside a number: the verdict of a stated rule (studies/content/findings.VERDICT_RULE), from the
         # numbers of the ablation section, with the seeds its thinnest comparison had.
         ("Predictor ablation: attention predictors reading the state against SPEN linear", "identical",
          "[A] [S]", verdict.word if verdict.verdict != "untested" else "", verdict.claim_seeds,

@@ -5,7 +5,7 @@ import streamlit as st
 
 from ema_core.tables import preview_formats
 from pages._router import ensure_router
-from pages._state import from_url, read_store, to_url
+from pages._state import export_figures, from_url, read_store, to_url
 from pages._ui import chart_with_downloads
 from store import EMPTY, EXPORT_TABLES, FORMATS, GROUPABLE, StoreError, list_runs, render_table, table_frame
 
@@ -62,8 +62,8 @@ if len(frame):
                 icon=":material/download:",
             )
 
-draw = EXPORT_TABLES[table].figures  # the study's own figures of one run's rows, where it has any
-if draw is not None and len(frame) and not (grouped and can_group) and "run_id" in frame.columns:
+# The study's own figures of one run's rows, where it draws that table (its STUDY's export_figures).
+if len(frame) and not (grouped and can_group) and "run_id" in frame.columns and (draw := export_figures(table)):
     st.subheader("Figure")
     run_choice = st.selectbox("Run", sorted(frame["run_id"].unique()), key="export_fig_run")
     for i, (stem, chart) in enumerate(draw(frame[frame["run_id"] == run_choice])):

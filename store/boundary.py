@@ -77,20 +77,6 @@ def boundary_recall_state(run_ids: RunIds = None, *, home: Path | None = None) -
     )
 
 
-def run_figures(rows: pd.DataFrame) -> list:
-    """The figures of one run's exported rows (the Export page offers them as SVG/PNG)."""
-    from ema_core.studies.boundary.figures import run_figures as draw  # altair: when a figure is drawn, not on `import store`
-
-    return draw(rows)
-
-
-def recall_figures(rows: pd.DataFrame) -> list:
-    """The figure of one run's exported recall-against-state rows."""
-    from ema_core.studies.boundary.figures import recall_figures as draw  # altair: when drawn, not on `import store`
-
-    return draw(rows)
-
-
 # Keyed by the cell (level, seq_len, state_floats and params follow from it: kept as columns, never
 # averaged); the rows carry their own seeds, in the order of the query above.
 register_run_table("boundary_accuracy", RunTable(
@@ -106,11 +92,10 @@ register_run_table("boundary_recall_state", RunTable(
     ("accuracy", "dev_accuracy", "chance", "lr"), seeds_in_rows=True, ordered=True))
 export.register_table("boundary_accuracy", "test accuracy of every context mixer per task and difficulty, "
                                            "with chance, the exclusion floor, the redundancy ρ, the state floats "
-                                           "and the learning rate chosen on dev",
-                      figures=run_figures)
+                                           "and the learning rate chosen on dev")
 export.register_table("boundary_dev_curve", "dev accuracy of every learning rate of every cell at every evaluation")
 export.register_table("boundary_recall_state", "MQAR test accuracy against the state a mixer keeps, at several "
-                                               "model widths", figures=recall_figures)
+                                               "model widths")
 
 
 def judged(home: Path | None = None) -> Judged:

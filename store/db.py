@@ -312,7 +312,38 @@ def migrate(conn: duckdb.DuckDBPyConnection, where: Path | str = "the store") ->
                 conn.execute("ROLLBACK")
             raise StoreError(f"migration {m.name} failed on {where}: {exc}") from exc
         applied.append(m.name)
-    return applied
+    return applied + _make_declared(conn, where)
+
+
+def _declared_missing(conn: duckdb.DuckDBPyConnection) -> bool:
+    """Whether a study declares a result table this store does not hold yet (made by :func:`migrate`)."""
+    return bool(set(schema.declared_tables()) - _tables(conn))
+
+
+def _tables(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}
+
+
+def _make_declared(conn: duckdb.DuckDBPyConnection, where: Path | str) -> list[str]:
+    """Make the result tables the studies declare and the store lacks, after the migrations (a study's
+    table needs no migration of its own); a stored one whose columns are not its declaration's is
+    refused in one line, and nothing is changed."""
+    have = _tables(conn)
+    made = []
+    for name, table in schema.declared_tables().items():
+        want = ["run_id", *(c.name for c in table.columns)]
+        if name in have:
+            got = [r[0] for r in conn.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+                "AND table_name = ? ORDER BY column_index", [name]).fetchall()]
+            if got != want:
+                raise StoreError(f"{where}: the table {name} holds columns {', '.join(got)}, but its study declares "
+                                 f"{', '.join(want)}; a stored table changes by a numbered migration in store/schema.py")
+            continue
+        conn.execute(schema.declared_statement(table))
+        made.append(f"declared {name}")
+    return made
 
 
 def _empty_store() -> duckdb.DuckDBPyConnection:
@@ -358,7 +389,7 @@ def _open_for_reading(home: Path, deadline: float, timeout: float) -> tuple[duck
         if problem is None:
             raise
         raise problem from exc
-    if kind == "empty" or version < current_version():
+    if kind == "empty" or version < current_version() or _declared_missing(conn):
         conn.close()
         return (_empty_store(), False) if kind == "empty" else (None, True)
     return conn, False
@@ -521,7 +552,7 @@ def check(home: Path | None = None, timeout: float | None = None) -> dict:
 
 def _integrity(conn: duckdb.DuckDBPyConnection, home: Path) -> list[str]:
     problems = []
-    for table in ("metrics", "ingest_state", *schema.RESULT_TABLES):
+    for table in ("metrics", "ingest_state", *schema.result_tables()):
         n = conn.execute(f"SELECT count(*) FROM {table} t WHERE NOT EXISTS "
                          "(SELECT 1 FROM runs r WHERE r.run_id = t.run_id)").fetchone()[0]
         if n:

@@ -82,20 +82,6 @@ def depth_remix(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataF
     )
 
 
-def run_figures(rows: pd.DataFrame) -> list:
-    """The figures of one run's exported ``depth_results`` rows (the Export page offers them as SVG/PNG)."""
-    from ema_core.studies.depth.figures import run_figures as draw  # altair: only when a figure is drawn
-
-    return draw(rows)
-
-
-def weights_figures(rows: pd.DataFrame) -> list:
-    """The depth-weight maps of one run's exported ``depth_weights`` rows, one per depth."""
-    from ema_core.studies.depth.figures import weights_figures as draw  # altair: when a figure is drawn, not on `import store`
-
-    return draw(rows)
-
-
 # Keyed by the cell (d, params and tokens follow from it and the config: kept as columns, never averaged);
 # the rows carry their own seeds, in the study's order (rules worst first, not alphabetical).
 register_run_table("depth_results", RunTable(
@@ -111,9 +97,9 @@ register_run_table("depth_remix", RunTable(
     depth_remix, ("rule", "depth", "steps", "tokens"), ("val_loss", "base_loss", "lr"), seeds_in_rows=True,
     ordered=True))
 export.register_table("depth_results", "held-out loss, bits per byte and the two probes (trained and at "
-                                       "initialisation) of every residual rule at every depth", figures=run_figures)
+                                       "initialisation) of every residual rule at every depth")
 export.register_table("depth_weights", "the weight each block's stream gives every earlier output, per rule "
-                                       "and depth", figures=weights_figures)
+                                       "and depth")
 export.register_table("depth_weight_steps", "the mixing weights at every evaluation of training, per rule, depth, "
                                             "layer and source")
 export.register_table("depth_remix", "the remix test: a trained fixed-sum model frozen, only depth weights fitted "

@@ -21,13 +21,5 @@ def dilution_accuracy(run_ids: RunIds = None, feature: str | None = None, *,
     )
 
 
-def run_figures(rows: pd.DataFrame) -> list:
-    """The figures of one run's exported rows (the Export page offers them as SVG/PNG)."""
-    from ema_core.studies.dilution.figures import run_figures as draw  # numba, scipy, altair (0.8 s): when a figure is drawn
-
-    return draw(rows)
-
-
 register_run_table("dilution_accuracy", RunTable(dilution_accuracy, ("feature", "lag"), ("accuracy", "chance")))
-export.register_table("dilution_accuracy", "identity decoding accuracy per feature and lag, with chance",
-                      figures=run_figures)
+export.register_table("dilution_accuracy", "identity decoding accuracy per feature and lag, with chance")

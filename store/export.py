@@ -61,9 +61,6 @@ class ExportTable(NamedTuple):
     # A long table (one row per metric) formats its numbers per value of this column, not per
     # column: a loss and a perplexity need different decimals.
     by: str | None = None
-    # One run's rows -> the figures that show them [(file stem, chart)], offered as SVG/PNG beside the
-    # table; None where the study draws none of its exports.
-    figures: Callable[[pd.DataFrame], list] | None = None
 
 
 def _labelled(name: str) -> Callable[..., pd.DataFrame]:
@@ -83,16 +80,15 @@ EXPORT_TABLES: dict[str, ExportTable] = {
 }
 
 
-def register_table(name: str, description: str, by: str | None = None,
-                   figures: Callable[[pd.DataFrame], list] | None = None) -> None:
+def register_table(name: str, description: str, by: str | None = None) -> None:
     """Offer the run table ``name`` (declared with ``queries.register_run_table``) for export, its rows
-    labelled (``queries.labelled``); ``description`` says what one row is, ``figures`` draws one
-    run's rows (see :class:`ExportTable`)."""
+    labelled (``queries.labelled``); ``description`` says what one row is.  The figures of an exported
+    table are its study's (``Study.export_figures``): the store draws nothing."""
     if name not in queries.GROUPABLE:
         raise ValueError(f"{name!r} is not a run table; declare it with queries.register_run_table first")
     if name in EXPORT_TABLES:
         raise ValueError(f"export table {name!r} is declared twice")
-    EXPORT_TABLES[name] = ExportTable(_labelled(name), description, by, figures)
+    EXPORT_TABLES[name] = ExportTable(_labelled(name), description, by)
 
 
 def exports_dir(home: Path | None = None) -> Path:

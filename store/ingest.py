@@ -390,7 +390,7 @@ def _result_tables(run_id: str, result: dict) -> tuple[dict[str, pd.DataFrame], 
         raise ResultError(f"result.json of {run_id}: 'tables' must be an object of name: [rows]")
     frames, unknown = {}, []
     for name, rows in tables.items():
-        spec = schema.RESULT_TABLES.get(name)
+        spec = schema.result_tables().get(name)
         if spec is None:
             unknown.append(name)
             continue
@@ -443,9 +443,10 @@ def _coerce(v: Any, col: schema.Column, where: str) -> Any:
 
 
 def _replace_result_rows(conn: duckdb.DuckDBPyConnection, name: str, run_id: str, frame: pd.DataFrame) -> None:
-    if name not in schema.RESULT_TABLES:  # only the allow-list's names ever reach the SQL text
+    tables = schema.result_tables()
+    if name not in tables:  # only the allow-list's names ever reach the SQL text
         raise ResultError(f"unknown result table {name!r}")
-    cols = ", ".join(c.name for c in schema.RESULT_TABLES[name])
+    cols = ", ".join(c.name for c in tables[name])
     conn.execute(f"DELETE FROM {name} WHERE run_id = ?", [run_id])
     if not len(frame):
         return

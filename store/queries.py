@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 import pandas as pd
 
 from ema_core.config import flatten
+from ema_core.protocol import ResultTable
 from ema_core.rundir import canonical_json
 
 from . import schema
@@ -99,7 +100,7 @@ def run_detail(run_id: str, *, home: Path | None = None) -> dict | None:
         detail["result_rows"] = {
             # Table names from the schema, never from the caller.
             name: conn.execute(f"SELECT count(*) FROM {name} WHERE run_id = $id", {"id": run_id}).fetchone()[0]
-            for name in schema.RESULT_TABLES
+            for name in schema.result_tables()
         }
     return detail
 
@@ -165,7 +166,7 @@ def store_summary(*, home: Path | None = None) -> dict:
             "SELECT kind, status, count(*) AS runs FROM runs GROUP BY kind, status ORDER BY kind, status").df()
         metric_rows = conn.execute("SELECT count(*) FROM metrics").fetchone()[0]
         results = {name: conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
-                   for name in (*schema.RESULT_TABLES, "bench_figures")}
+                   for name in (*schema.result_tables(), "bench_figures")}
     return {"runs": int(by_kind["runs"].sum()) if len(by_kind) else 0, "by_kind_status": by_kind,
             "metric_rows": int(metric_rows), "results": results}
 
@@ -197,6 +198,28 @@ def register_run_table(name: str, table: RunTable) -> None:
     if name in GROUPABLE:
         raise ValueError(f"run table {name!r} is declared twice")
     GROUPABLE[name] = table
+
+
+def declared_rows(table: ResultTable) -> Callable[..., pd.DataFrame]:
+    """The reader of a result table a study declares (``Study.tables``): its rows with run_id and seed
+    first (a row's own seed where the table keys on one, its run's otherwise), by key and run."""
+    cols = [c.name for c in table.columns if c.name != "seed"]
+    seed = "t.seed" if "seed" in table.keys else "r.seed"
+    order = ", ".join([f"t.{k}" for k in table.keys] + ["t.run_id"])
+    sql = f"""SELECT t.run_id, {seed} AS seed, {', '.join(f't.{c}' for c in cols)}
+              FROM {table.name} t JOIN runs r USING (run_id)
+              WHERE {RUN_FILTER.format(col='t.run_id')} ORDER BY {order}"""
+
+    def rows(run_ids: RunIds = None, *, home: Path | None = None) -> pd.DataFrame:
+        return query_frame(sql, {"ids": id_list(run_ids)}, home)
+
+    return rows
+
+
+def register_declared(table: ResultTable) -> None:
+    """Declare a study's result table to grouping (and, by the caller, to export)."""
+    register_run_table(table.name, RunTable(declared_rows(table), tuple(k for k in table.keys if k != "seed"),
+                                            table.values, seeds_in_rows="seed" in table.keys))
 
 
 def config_without_seed(config: Any) -> Any:

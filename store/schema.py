@@ -10,7 +10,11 @@ converts them), so that comparisons never depend on the reader's time zone.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
+
+from ema_core.protocol import Column, ResultTable
+from ema_core.studies import STUDIES
 
 APP_ID = "emalab"
 
@@ -270,12 +274,6 @@ MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
-class Column(NamedTuple):
-    name: str
-    type: type  # str, int or float: what a result row's value is checked and converted to
-    key: bool   # part of the primary key (besides run_id): required and never null
-
-
 # The result tables a run's result.json may fill (``result["tables"][name]`` is a list of rows).
 RESULT_TABLES: dict[str, tuple[Column, ...]] = {
     "dilution_accuracy": (Column("feature", str, True), Column("lag", int, True),
@@ -320,3 +318,39 @@ RESULT_TABLES: dict[str, tuple[Column, ...]] = {
                     Column("steps", int, False), Column("lr", float, False), Column("val_loss", float, False),
                     Column("base_loss", float, False)),
 }
+
+
+def declared_tables() -> dict[str, ResultTable]:
+    """The result tables the studies declare (``Study.tables``), in the studies' order: made from their
+    declaration after the numbered migrations (:func:`declared_statement`), never by one."""
+    out: dict[str, ResultTable] = {}
+    for study in STUDIES.values():
+        for t in study.tables:
+            if t.name in RESULT_TABLES or t.name in out:
+                raise ValueError(f"the study {study.name!r} declares a table {t.name!r} the store already has")
+            bad = [n for n in (t.name, *(c.name for c in t.columns)) if not _IDENTIFIER.fullmatch(n)]
+            bad += [c.name for c in t.columns if c.type not in _SQL_TYPES or c.name == "run_id"]
+            if bad or not t.columns:
+                raise ValueError(f"the study {study.name!r} declares the table {t.name!r} with bad names or types: "
+                                 f"{', '.join(bad) or 'no columns'} (names: lower case, digits and _; types: str, "
+                                 "int or float; run_id is the store's)")
+            out[t.name] = t
+    return out
+
+
+_SQL_TYPES = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE"}
+# A declared name goes into SQL text: only these ever do.
+_IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,62}")
+
+
+def declared_statement(table: ResultTable) -> str:
+    """The CREATE TABLE of a declared result table: run_id, then its columns; the key is run_id and its
+    key columns."""
+    cols = [f"{c.name} {_SQL_TYPES[c.type]}{' NOT NULL' if c.key else ''}" for c in table.columns]
+    key = ", ".join(("run_id", *table.keys))
+    return f"CREATE TABLE {table.name} (run_id VARCHAR NOT NULL, {', '.join(cols)}, PRIMARY KEY ({key}))"
+
+
+def result_tables() -> dict[str, tuple[Column, ...]]:
+    """Every result table a run's result.json may fill: the migrations' and the studies' declared ones."""
+    return {**RESULT_TABLES, **{name: t.columns for name, t in declared_tables().items()}}

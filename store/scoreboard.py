@@ -17,7 +17,7 @@ import pandas as pd
 
 from ema_core.scoreboard import Score
 from ema_core.studies import STUDIES
-from store.queries import config_id, config_without_seed
+from store.queries import GROUPABLE, config_id, config_without_seed, list_runs
 from store.studies import study_module
 
 
@@ -88,4 +88,21 @@ def judge_best(study: str, runs: pd.DataFrame, seeds_of: dict[str, set[int]],
 def scoreboard(*, home: Path | None = None) -> list[Judged]:
     """Every judging study's claims, judged on its group of finished runs, in the studies' order: each
     study's ``judged(home)`` in its store module (``store/<study>.py``)."""
-    return [study_module(name).judged(home) for name, s in STUDIES.items() if s.judges]
+    return [study_module(name).judged(home) if s.judged_in_store else _judged(name, home)
+            for name, s in STUDIES.items() if s.judges]
+
+
+def _judged(name: str, home: Path | None) -> Judged:
+    """A study's claims from its declared tables (``Study.scores``): no SQL of its own."""
+    study = STUDIES[name]
+    runs = list_runs(kind=study.kind, status="done", limit=None, home=home)
+    ids = list(runs["run_id"])
+    tables = {t: GROUPABLE[t].rows(ids, home=home) if ids else pd.DataFrame() for t in study.claim_tables}
+    in_rows = [tables[t] for t in study.claim_tables if GROUPABLE[t].seeds_in_rows and not tables[t].empty]
+    seeds_of = row_seeds(pd.concat(in_rows)) if in_rows else run_seeds(runs)
+
+    def scores_of(group: list[str], configs: dict[str, Any]) -> list[Score]:
+        return study.scores({t: rows[rows["run_id"].isin(group)] for t, rows in tables.items()},
+                            {r: configs[r] for r in group})
+
+    return judge_best(name, runs, seeds_of, scores_of)

@@ -416,7 +416,7 @@ def test_a_worker_killed_with_sigkill_takes_its_training_children_with_it(tmp_pa
         "import sys\n"
         "sys.path.insert(0, 'tests')\n"
         "from ema_core.experiments import NullReporter, REGISTRY, build_config\n"
-        "from ema_core.experiments import boundary\n"
+        "from ema_core.studies.boundary import experiment as boundary\n"
         "from test_boundary import TINY, _cell_or_fail\n"
         "boundary._worker_cell = _cell_or_fail\n"
         "cfg = build_config('boundary', overrides={**TINY, 'seeds': 1, 'workers': 2, 'train.steps': 1_000_000})\n"

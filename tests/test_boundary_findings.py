@@ -138,8 +138,8 @@ def test_the_exclusion_floor_is_what_accuracy_is_set_against_where_it_is_above_c
     for missing in (None, float("nan")):                        # a run stored before the floor: chance
         assert above_floor(0.75, 0.5, missing) == pytest.approx(0.5)
     assert math.isnan(above_floor(0.9, 0.5, 1.0))               # nothing left to learn
-    assert bf.Cell(0.8, 0.5, floor=0.6).above_floor == pytest.approx(0.5)
-    assert bf.Cell(0.8, 0.5).above_floor == bf.Cell(0.8, 0.5).above_chance == pytest.approx(0.6)
+    assert bf.MapCell(0.8, 0.5, floor=0.6).above_floor == pytest.approx(0.5)
+    assert bf.MapCell(0.8, 0.5).above_floor == bf.MapCell(0.8, 0.5).above_chance == pytest.approx(0.6)
 
 
 def test_claims_and_sanity_checks_are_apart():

@@ -11,7 +11,7 @@ import torch
 from ema_core.depth import RULES
 from ema_core.depth import rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all, residualise, ridge_r2, split_windows, token_probe
-from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthConfig, DepthLM, depth_weights, mix_entropy, params,
+from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthLMConfig, DepthLM, depth_weights, mix_entropy, params,
                                      reference_mix, reference_streams)
 from ema_core.experiments import REGISTRY, NullReporter, build_config
 from ema_core.studies.depth.experiment import lm_streams, model_config, remix
@@ -27,8 +27,8 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def small(rule: str, layers: int = 4, **kw) -> DepthConfig:
-    return DepthConfig(vocab_size=31, d_model=16, n_heads=2, d_ff=24, n_layers=layers, seq_len=12, rule=rule, **kw)
+def small(rule: str, layers: int = 4, **kw) -> DepthLMConfig:
+    return DepthLMConfig(vocab_size=31, d_model=16, n_heads=2, d_ff=24, n_layers=layers, seq_len=12, rule=rule, **kw)
 
 
 def _perturbed(model: DepthLM, seed: int = 1) -> DepthLM:
@@ -160,7 +160,7 @@ def test_depth_weights_are_lower_triangular_and_sum_draws_its_own_output():
 
 def test_parameters_match_within_one_percent_at_the_quick_depths():
     for L in (4, 8, 16):
-        counts = {r: params(DepthConfig(vocab_size=4096, d_model=128, n_heads=4, d_ff=512, n_layers=L, seq_len=128,
+        counts = {r: params(DepthLMConfig(vocab_size=4096, d_model=128, n_heads=4, d_ff=512, n_layers=L, seq_len=128,
                                         rule=r)) for r in RULES}
         assert max(counts.values()) / min(counts.values()) - 1 < 0.01, (L, counts)
         assert counts["sum"] < counts["static"] < counts["select"]  # each rule's own parameters are counted

@@ -53,7 +53,7 @@ from ema_core.lm.gpt import GPTConfig, Block, count_params, init_weights, make_n
 SELECT_INIT_SHARE = 0.9
 
 
-class DepthConfig(GPTConfig):
+class DepthLMConfig(GPTConfig):
     """A transformer of ``n_layers`` blocks whose residual stream follows ``rule``."""
 
     rule: Rule = Field("sum", description=f"how the blocks' outputs add up in depth: one of {', '.join(RULES)}")
@@ -110,7 +110,7 @@ def select_bias(i: int) -> torch.Tensor:
 class DepthLM(nn.Module):
     """GPT-2's body (:mod:`ema_core.lm.gpt`: its blocks, init, tied head) with the stream of ``cfg.rule``."""
 
-    def __init__(self, cfg: DepthConfig, seed: int = 0):
+    def __init__(self, cfg: DepthLMConfig, seed: int = 0):
         super().__init__()
         self.cfg = cfg
         self.name = f"depth[{cfg.rule}, {cfg.n_layers} blocks]"  # how the causality probe names it
@@ -146,7 +146,7 @@ class DepthLM(nn.Module):
         return self.lm_head(self.norm_f(self.streams(idx)["final"]))
 
 
-def params(cfg: DepthConfig) -> int:
+def params(cfg: DepthLMConfig) -> int:
     """Exact parameter count, the tied head once (built on the meta device: no memory, no init)."""
     with torch.device("meta"):
         return count_params(DepthLM(cfg))
@@ -256,5 +256,5 @@ def mix_entropy(model: DepthLM, idx: torch.Tensor) -> float | None:
     return sum(per_block) / len(per_block) if per_block else None
 
 
-__all__ = ["DepthConfig", "DepthLM", "DepthMix", "SELECT_INIT_SHARE", "depth_weights", "mix_entropy", "params",
+__all__ = ["DepthLMConfig", "DepthLM", "DepthMix", "SELECT_INIT_SHARE", "depth_weights", "mix_entropy", "params",
            "reference_mix", "reference_streams", "select_bias"]

@@ -20,6 +20,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from ema_core.protocol import ResultTable
+
 
 @dataclass(frozen=True)
 class Page:
@@ -46,19 +48,22 @@ class Study:
     # claims).  A study with none is still run, stored, exported and judged (the Export page and the
     # Overview show it).
     pages: tuple[Page, ...] = ()
-    # Its claims, judged on a group of its finished runs: ``scores(tables) -> list[Score]`` is given
-    # the group's rows of each table it names in ``claim_tables`` (None: the study judges nothing,
-    # its limits hold by construction).
+    # Its claims on the Overview's scoreboard, judged on its best group of finished runs (the runs of one
+    # config holding the most seeds): ``scores(tables, configs) -> list[Score]`` is given the group's
+    # rows of each table named in ``claim_tables`` ({name: DataFrame}) and each run's config by run id.
+    # A study whose judging needs SQL of its own sets ``judged_in_store`` instead, and its
+    # ``store/<name>.py`` has ``judged(home)``.  Neither: it judges nothing (its limits hold by construction).
     scores: Callable[..., list[Any]] | None = None
     claim_tables: tuple[str, ...] = ()
+    judged_in_store: bool = False
     not_judged: str = ""            # why a study that judges nothing does not (the Overview says it)
     # The figures of one run's rows of an exported table, offered as SVG/PNG beside it on the Export
     # page: {table: the function of the folder's ``figures.py`` that draws them}.  The store never
     # draws (it imports no chart code); the page looks them up here.
     export_figures: Mapping[str, str] = field(default_factory=dict)
-    # Result tables that need no SQL of their own (:class:`ema_core.tables.RunTableSpec`): the store
-    # creates them, fills them from the run's result and offers them for export.
-    tables: tuple[Any, ...] = ()
+    # Result tables that need no SQL of their own (:class:`ema_core.protocol.ResultTable`): the store
+    # makes them, fills them from a run's result, groups them across seeds and offers them for export.
+    tables: tuple[ResultTable, ...] = ()
 
     @property
     def module(self) -> str:
@@ -84,7 +89,7 @@ class Study:
 
     @property
     def judges(self) -> bool:
-        return self.scores is not None
+        return self.scores is not None or self.judged_in_store
 
 
 # The one registry line per study, in the order the app lists them: the paper's studies first,

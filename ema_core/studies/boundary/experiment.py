@@ -39,10 +39,11 @@ from ema_core.studies.boundary.tasks import (AGREEMENT_CLASSES, Difficulty, Task
                                exclusion_floor, make_data, mqar_fits, task_seed)
 from ema_core.studies.boundary.findings import TASKS, TaskName
 from ema_core.studies.boundary.rates import table_rate, table_refusal
-from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
+from ema_core.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.mixers.causality import check_causal
+from ema_core.mixers.model import MixerNet
 from ema_core.protocol import Experiment, Reporter
 from ema_core.studies.boundary import KIND
 
@@ -323,7 +324,7 @@ def recall_widths(cfg: BoundaryConfig, mixer: str) -> tuple[int, ...]:
     return (cfg.model.d,) if mixer in RECALL_REFERENCES else cfg.recall_widths
 
 
-class Cell(NamedTuple):
+class BoundaryCell(NamedTuple):
     """One trained cell: a mixer on one difficulty at one seed, in a body ``width`` wide."""
 
     mixer: str
@@ -332,15 +333,15 @@ class Cell(NamedTuple):
     width: int
 
 
-def cells(cfg: BoundaryConfig) -> list[Cell]:
+def cells(cfg: BoundaryConfig) -> list[BoundaryCell]:
     """Every cell, seeds outermost (a run cut short holds whole maps first); within a seed the map's
     cells (at the body's width), then recall against state size at the other widths (the map's MQAR
     cell is that mixer's point at the body's width, not trained twice)."""
-    out: list[Cell] = []
+    out: list[BoundaryCell] = []
     recall = [d for d in difficulties(cfg) if d.task == "mqar"]
     for s in (cfg.seed + i for i in range(cfg.seeds)):
-        out.extend(Cell(m, d, s, cfg.model.d) for m in cfg.mixers for d in difficulties(cfg))
-        out.extend(Cell(m, d, s, w) for m in cfg.mixers for w in recall_widths(cfg, m) if w != cfg.model.d
+        out.extend(BoundaryCell(m, d, s, cfg.model.d) for m in cfg.mixers for d in difficulties(cfg))
+        out.extend(BoundaryCell(m, d, s, w) for m in cfg.mixers for w in recall_widths(cfg, m) if w != cfg.model.d
                    for d in recall)
     return out
 
@@ -414,8 +415,6 @@ def check_mixers(cfg: BoundaryConfig) -> None:
     """Refuse a mixer of the config that is not causal, before any cell trains: the exact probe the
     tests use (:func:`ema_core.mixers.causality.check_causal`), on the body the map builds around it.
     A mixer that reads x_{t+1} would score as if it remembered what it only reads ahead."""
-    from ema_core.mixers.model import MixerNet  # its scan loads numba: only where a run starts
-
     with one_thread():
         for mixer in cfg.mixers:
             model = MixerNet.from_settings(mixer, cfg.model, vocab=16, n_classes=2, seed=0)
@@ -453,7 +452,7 @@ def cell_steps(cfg: BoundaryConfig, d: Difficulty) -> int:
     return (cfg.train.mqar_steps or cfg.train.steps) if d.task == "mqar" else cfg.train.steps
 
 
-def cell_size(cfg: BoundaryConfig, cell: Cell) -> int:
+def cell_size(cfg: BoundaryConfig, cell: BoundaryCell) -> int:
     """A cell's work in token-steps, to hand out the longest first (an order, not a time).  Not times
     the width: at d ≤ 64 a step costs about as much at any width (measured: MQAR at d = 16 took 60–100 s
     a cell, at d = 64 90–140 s), and counting width put the narrow MQAR cells last, where one
@@ -473,8 +472,6 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
     ``choose_at`` of the steps the one best on dev goes on to the end (the others stop) and is scored
     on test.  Returns ``{"row": …, "curve": [{lr, step, dev_accuracy}, …]}``, or None when
     ``should_stop`` answered yes first.  ``width`` is the model's d (the body's by default)."""
-    from ema_core.mixers.model import MixerNet  # the scan (numba): where a cell runs, not when the registry loads
-
     width = cfg.model.d if width is None else width
     steps = cell_steps(cfg, d)
     body = cfg.model if width == cfg.model.d else cfg.model.model_copy(update={"d": width})

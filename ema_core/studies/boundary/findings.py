@@ -114,7 +114,7 @@ Key = tuple[str, str, str]  # (mixer, task, difficulty)
 
 
 @dataclass(frozen=True)
-class Cell:
+class MapCell:
     accuracy: float
     chance: float
     dev: float | None = None  # dev accuracy: what a choice about the cells may look at (never test)
@@ -130,11 +130,11 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Grid:
+class MapGrid:
     """The rows as cells: ``seeds[seed][key]``, and each (task, difficulty)'s level (k, or MQAR's pairs)
     and redundancy ρ (None: a task without one, or a run stored before the dial)."""
 
-    seeds: Mapping[int, Mapping[Key, Cell]]
+    seeds: Mapping[int, Mapping[Key, MapCell]]
     levels: Mapping[tuple[str, str], int]
     redundancy: Mapping[tuple[str, str], float | None] = field(default_factory=dict)
 
@@ -170,7 +170,7 @@ def level_of(level: Any, difficulty: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
+def grid(rows: Iterable[Mapping[str, Any]]) -> MapGrid:
     """Cells per seed from table rows; rows without a finite accuracy, chance and seed are left out.
     A row without an exclusion floor (a run stored before it) leaves the cell's floor None."""
     sums: dict[int, dict[Key, list]] = {}
@@ -190,16 +190,16 @@ def grid(rows: Iterable[Mapping[str, Any]]) -> Grid:
             s[5], s[6] = s[5] + floor, s[6] + 1
         levels[(key[1], key[2])] = level_of(r.get("level"), key[2])
         rhos[(key[1], key[2])] = redundancy_of(r.get("redundancy"), key[2])
-    seeds = {seed: {k: Cell(a / n, c / n, dv / m if m else None, f / nf if nf == n else None)
+    seeds = {seed: {k: MapCell(a / n, c / n, dv / m if m else None, f / nf if nf == n else None)
                     for k, (a, c, n, dv, m, f, nf) in cells.items()}
              for seed, cells in sums.items()}
-    return Grid(seeds, levels, rhos)
+    return MapGrid(seeds, levels, rhos)
 
 
 # -- the claims and the sanity checks ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Claim:
+class BoundaryClaim:
     key: str
     what: str        # the claim in words, with the Δ it is judged by
     paper: str       # what the paper says (a sanity check: what it checks)
@@ -207,8 +207,8 @@ class Claim:
     needs: str       # what rows it needs, for the sentence when they are absent ({reach}: the window's)
     # The cells the claim compares, chosen from every seed's (so that each seed is judged on the
     # same cells), with the text that names them; and Δ of one seed from those cells.
-    select: Callable[[Grid, int], tuple[tuple[Key, ...], str]]
-    delta: Callable[[Mapping[Key, Cell]], float]
+    select: Callable[[MapGrid, int], tuple[tuple[Key, ...], str]]
+    delta: Callable[[Mapping[Key, MapCell]], float]
     recall: bool = False  # judged on MQAR sizes softmax was trained on only (TRAINED_LEVEL)
     # A sanity check holds by construction or checks the harness (the recipe trains, the window
     # forgets, attention reads what is there): judged by the same rule, shown apart from the paper's
@@ -225,14 +225,14 @@ def _mean(xs: Iterable[float]) -> float:
     return math.fsum(xs) / len(xs)
 
 
-def _softmax_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+def _softmax_cells(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
     keys = tuple(sorted(k for k in g.keys if k[0] == "softmax"))
     tasks = [t for t in TASK_ORDER if any(k[1] == t for k in keys)]
     tasks += sorted({k[1] for k in keys} - set(tasks))
     return keys, f"{len(keys)} cells of {', '.join(tasks)}"
 
 
-def _softmax_delta(cells: Mapping[Key, Cell]) -> float:
+def _softmax_delta(cells: Mapping[Key, MapCell]) -> float:
     return min(c.accuracy for c in cells.values()) - SOFTMAX_LEVEL
 
 
@@ -241,7 +241,7 @@ def _beyond_reach(levels: Mapping[str, int], reach: int) -> list[str]:
     return sorted((d for d, k in levels.items() if k > reach), key=lambda d: (levels[d], d))
 
 
-def _far(g: Grid, mixer: str, tasks: tuple[str, ...], rho: float | None, reach: int) -> dict[str, list[str]]:
+def _far(g: MapGrid, mixer: str, tasks: tuple[str, ...], rho: float | None, reach: int) -> dict[str, list[str]]:
     """task -> the difficulties of ``mixer`` beyond the window's reach at redundancy ``rho``, matched
     across ``tasks`` by k (each task's own label: it names the task's ρ), nearest first; empty where
     one task lacks a k the others have."""
@@ -259,11 +259,11 @@ def _structure_beyond_repetition(mixer: str):
     """Structure kept at ρ = 0, beyond the window's reach, as accuracy above max(chance, exclusion
     floor): in the independent stream only position t − k says the category k back, so whatever is
     above the floor the mixer held of t − k itself, not what the context repeats."""
-    def select(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+    def select(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
         where = _far(g, mixer, ("agree_structure",), 0.0, reach)
         return tuple((mixer, t, d) for t, ds in where.items() for d in ds), _words(where)
 
-    def delta(cells: Mapping[Key, Cell]) -> float:
+    def delta(cells: Mapping[Key, MapCell]) -> float:
         return _mean(c.above_floor for c in cells.values())
 
     return select, delta
@@ -277,7 +277,7 @@ SYMMETRY_TOLERANCE = 0.1
 SYMMETRY_MIXERS = ("ema", "ema3")  # the mixers whose structure claims the control stands behind
 
 
-def _symmetry_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+def _symmetry_cells(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
     keys, over = [], {}
     for m in SYMMETRY_MIXERS:
         where = _far(g, m, ("agree_structure", "agree_content4"), 0.0, reach)
@@ -286,7 +286,7 @@ def _symmetry_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
     return tuple(keys), _words(over)
 
 
-def _symmetry_delta(cells: Mapping[Key, Cell]) -> float:
+def _symmetry_delta(cells: Mapping[Key, MapCell]) -> float:
     """TOLERANCE − mean over the mixers of |structure − content4| (above the floor, at every far k)."""
     gaps = []
     for m in dict.fromkeys(m for m, _, _ in cells):
@@ -301,14 +301,14 @@ def _structure_over_content4_where_repeated(mixer: str):
     measured (> 0), structure above chance − the four-way content map above chance, beyond the
     window's reach.  Its floor is shown beside it (the dose–response chart): this Δ says structure
     survives where content does not, not why."""
-    def select(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+    def select(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
         rhos = [r for r in g.redundancies("agree_structure") if r > 0 and r in g.redundancies("agree_content4")]
         if not rhos:
             return (), ""
         where = _far(g, mixer, ("agree_structure", "agree_content4"), rhos[-1], reach)
         return tuple((mixer, t, d) for t, ds in where.items() for d in ds), _words(where)
 
-    def delta(cells: Mapping[Key, Cell]) -> float:
+    def delta(cells: Mapping[Key, MapCell]) -> float:
         s = [c.above_chance for (_, t, _), c in cells.items() if t == "agree_structure"]
         c4 = [c.above_chance for (_, t, _), c in cells.items() if t == "agree_content4"]
         return _mean(s) - _mean(c4)
@@ -321,13 +321,13 @@ def _structure_over_content4_where_repeated(mixer: str):
 _CONTENT_TASKS = ("agree_content4", "agree_content", "lag_identity")
 
 
-def _independent(g: Grid, mixer: str, task: str) -> dict[str, int]:
+def _independent(g: MapGrid, mixer: str, task: str) -> dict[str, int]:
     """``mixer``'s difficulties on ``task`` whose stream is independent: ρ = 0, or none (a task without
     one, or a run stored before the dial: those ran the independent stream or said so)."""
     return {d: k for d, k in g.levels_of(mixer, task).items() if not g.redundancy.get((task, d))}
 
 
-def _sequence_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+def _sequence_cells(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
     keys, where = [], []
     for task in _CONTENT_TASKS:
         a, b = _independent(g, "ema3_seq", task), _independent(g, "ema3", task)
@@ -339,12 +339,12 @@ def _sequence_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
     return tuple(keys), ", ".join(where)
 
 
-def _sequence_delta(cells: Mapping[Key, Cell]) -> float:
+def _sequence_delta(cells: Mapping[Key, MapCell]) -> float:
     tasks = sorted({(t, d) for _, t, d in cells})
     return _mean(cells[("ema3_seq", t, d)].accuracy - cells[("ema3", t, d)].accuracy for t, d in tasks)
 
 
-def mqar_training(g: Grid) -> dict[str, float]:
+def mqar_training(g: MapGrid) -> dict[str, float]:
     """MQAR size -> softmax attention's *dev* accuracy above chance there, averaged over the seeds
     (empty where the runs hold no softmax MQAR cell with a dev accuracy): how far training got on a
     size any mixer could solve.  Dev, not test: which sizes the claims count is a choice."""
@@ -384,8 +384,8 @@ def recipe_failures_text(rows_or_grid) -> str:
             "much as what each mixer can hold.")
 
 
-def _as_grid(rows_or_grid) -> Grid:
-    return rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid)
+def _as_grid(rows_or_grid) -> MapGrid:
+    return rows_or_grid if isinstance(rows_or_grid, MapGrid) else grid(rows_or_grid)
 
 
 def undertrained_mqar(rows_or_grid) -> dict[str, float]:
@@ -414,11 +414,11 @@ def undertrained_text(rows_or_grid) -> str:
 MIN_MATCHED = 2
 
 
-def _no_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+def _no_cells(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
     return (), ""
 
 
-def _no_delta(cells: Mapping[Key, Cell]) -> float:
+def _no_delta(cells: Mapping[Key, MapCell]) -> float:
     return math.nan
 
 
@@ -476,7 +476,7 @@ def matched_deltas(rows: Iterable[Mapping[str, Any]], better: str, worse: str,
     return out
 
 
-def _matched_verdict(c: Claim, recall_rows, under: Mapping[str, float]) -> tuple[Spread, str, str]:
+def _matched_verdict(c: BoundaryClaim, recall_rows, under: Mapping[str, float]) -> tuple[Spread, str, str]:
     """(Δ over the seeds, mean over matched states; the verdict by MIN_MATCHED; the states in words)."""
     by_state = matched_deltas(() if recall_rows is None else recall_rows, *c.matched, leave_out=under)
     if not by_state:
@@ -502,7 +502,7 @@ def _matched_verdict(c: Claim, recall_rows, under: Mapping[str, float]) -> tuple
     return total, verdict, over
 
 
-def _window_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
+def _window_cells(g: MapGrid, reach: int) -> tuple[tuple[Key, ...], str]:
     for task in ("agree_content4", "agree_content"):  # the four-way map where the run has it
         far = _beyond_reach(_independent(g, FLOOR_MIXER, task), reach)
         if far:
@@ -510,7 +510,7 @@ def _window_cells(g: Grid, reach: int) -> tuple[tuple[Key, ...], str]:
     return (), ""
 
 
-def _window_delta(cells: Mapping[Key, Cell]) -> float:
+def _window_delta(cells: Mapping[Key, MapCell]) -> float:
     return NEAR_CHANCE - _mean(c.above_chance for c in cells.values())
 
 
@@ -518,27 +518,27 @@ def _window_delta(cells: Mapping[Key, Cell]) -> float:
 # confounds) so that label count and the context's repetition cannot decide them: structure is judged
 # at ρ = 0 against its floor, and against the four-way content map (the category's label count), never
 # the two-way one.
-CLAIMS: tuple[Claim, ...] = (
-    *(Claim(f"{m}_structure_beyond_repetition", f"{m} keeps structure beyond what the context repeats "
+CLAIMS: tuple[BoundaryClaim, ...] = (
+    *(BoundaryClaim(f"{m}_structure_beyond_repetition", f"{m} keeps structure beyond what the context repeats "
             f"(agree_structure accuracy above max(chance, exclusion floor) at ρ = 0, every k beyond the "
             f"window's reach, > 0)",
             "EMA keeps structure, destroys content", "[A] [S]",
             f"{m} on agree_structure at ρ = 0 at a distance beyond the window's reach (k > {{reach}})",
             *_structure_beyond_repetition(m), floored=True)
       for m in ("ema", "ema3")),
-    *(Claim(f"{m}_structure_over_content4", f"{m} keeps structure while losing content where the context "
+    *(BoundaryClaim(f"{m}_structure_over_content4", f"{m} keeps structure while losing content where the context "
             f"repeats the category (accuracy above chance, agree_structure − agree_content4, at the largest "
             f"ρ > 0, every k beyond the window's reach, > 0)",
             "EMA keeps structure, destroys content", "[A] [S]",
             f"{m} on agree_structure and agree_content4 at one ρ > 0 at a distance beyond the window's reach "
             f"(k > {{reach}})", *_structure_over_content4_where_repeated(m))
       for m in ("ema", "ema3")),
-    Claim("gated_above_decay", "Input-dependent selection beats fixed decay at recall, at matched state (MQAR "
+    BoundaryClaim("gated_above_decay", "Input-dependent selection beats fixed decay at recall, at matched state (MQAR "
           "accuracy, gated_linear_attn − decay_linear_attn, interpolated on log state floats, > 0 beyond the "
           f"spread at {MIN_MATCHED} or more matched sizes)", "EMA < fixed decay < gated < softmax", "[A] [S]",
           "gated_linear_attn and decay_linear_attn on MQAR at two widths or more whose states overlap",
           _no_cells, _no_delta, recall=True, matched=("gated_linear_attn", "decay_linear_attn")),
-    Claim("decay_above_ema", "Key–value binding beats EMA at recall, at matched state (MQAR accuracy, "
+    BoundaryClaim("decay_above_ema", "Key–value binding beats EMA at recall, at matched state (MQAR accuracy, "
           "decay_linear_attn − ema, interpolated on log state floats, > 0 beyond the spread at "
           f"{MIN_MATCHED} or more matched sizes)", "EMA < fixed decay < gated < softmax", "[A] [S]",
           "decay_linear_attn and ema on MQAR at two widths or more whose states overlap",
@@ -548,20 +548,20 @@ CLAIMS: tuple[Claim, ...] = (
 # The checks of the harness: they hold by construction (a window cannot see past its reach; an EMA
 # sequence can be undone; two tasks that differ by a relabelling score alike) or say the recipe trains
 # at all (softmax can solve every task).
-SANITY_CHECKS: tuple[Claim, ...] = (
-    Claim("recipe_works", f"The recipe works: softmax attention solves every task (min over its cells of "
+SANITY_CHECKS: tuple[BoundaryClaim, ...] = (
+    BoundaryClaim("recipe_works", f"The recipe works: softmax attention solves every task (min over its cells of "
           f"accuracy − {SOFTMAX_LEVEL:g} > 0)", "the top of the hierarchy can be reached at this budget", "harness",
           "softmax rows", _softmax_cells, _softmax_delta, sanity=True),
-    Claim("label_count_symmetry", f"Structure and the four-way content map are one task at ρ = 0 ({SYMMETRY_TOLERANCE:g} "
+    BoundaryClaim("label_count_symmetry", f"Structure and the four-way content map are one task at ρ = 0 ({SYMMETRY_TOLERANCE:g} "
           f"− |agree_structure − agree_content4| above the floor, mean over {', '.join(SYMMETRY_MIXERS)}, beyond "
           "the window's reach, > 0)", "a relabelling of the words changes nothing, by construction", "harness",
           f"{' and '.join(SYMMETRY_MIXERS)} on agree_structure and agree_content4 at ρ = 0 at a distance beyond "
           "the window's reach (k > {reach})", _symmetry_cells, _symmetry_delta, sanity=True, floored=True),
-    Claim("window_at_chance", f"The window is at chance beyond its reach ({NEAR_CHANCE:g} − content "
+    BoundaryClaim("window_at_chance", f"The window is at chance beyond its reach ({NEAR_CHANCE:g} − content "
           "accuracy above chance, beyond the window's reach, > 0)", "no memory beyond the window, by construction",
           "harness", "window_k on agree_content4 at ρ = 0 at a distance beyond its reach (k > {reach})",
           _window_cells, _window_delta, sanity=True),
-    Claim("sequence_recovers_content", "Attention over the trace sequence recovers content (ema3_seq − ema3 "
+    BoundaryClaim("sequence_recovers_content", "Attention over the trace sequence recovers content (ema3_seq − ema3 "
           "accuracy on the content map and lag_identity at the largest k > 0, ρ = 0)",
           "an EMA sequence is invertible (PAPER.md §5.9), by construction", "harness",
           "ema3_seq and ema3 on agree_content4 or lag_identity at a shared distance",
@@ -584,8 +584,8 @@ VERDICT_RULE = (
 
 
 @dataclass(frozen=True)
-class ClaimVerdict:
-    claim: Claim
+class BoundaryClaimVerdict:
+    claim: BoundaryClaim
     delta: Spread   # of the claim's per-seed Δ
     verdict: str    # a key of VERDICT_WORDS
     over: str = ""  # the cells Δ is formed from, in words ("k=8, k=16"); empty where not measured
@@ -623,7 +623,7 @@ class ClaimVerdict:
                 f"{t_threshold(d.n):.2f}) — {self.word}.{note}")
 
 
-def _floor_note(g: Grid, keys: Iterable[Key]) -> str:
+def _floor_note(g: MapGrid, keys: Iterable[Key]) -> str:
     """Which of ``keys`` (in any seed) lack an exclusion floor, in one sentence; empty when none does."""
     missing = sorted({k for cells in g.seeds.values() for k in keys if k in cells and cells[k].floor is None},
                      key=lambda k: (TASK_ORDER.index(k[1]) if k[1] in TASK_ORDER else len(TASK_ORDER),
@@ -636,7 +636,7 @@ def _floor_note(g: Grid, keys: Iterable[Key]) -> str:
 
 
 def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WINDOW_REACH,
-                   recall: Iterable[Mapping[str, Any]] | None = None) -> list[ClaimVerdict]:
+                   recall: Iterable[Mapping[str, Any]] | None = None) -> list[BoundaryClaimVerdict]:
     """Each of CLAIMS, then each of SANITY_CHECKS, judged by VERDICT_RULE from ``boundary_accuracy`` rows
     (dicts, or a DataFrame), and the recall claims from ``recall``, the ``boundary_recall_state`` rows
     of the same runs (none: those claims are not measured).
@@ -650,7 +650,7 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
     for c in (*CLAIMS, *SANITY_CHECKS):
         if c.matched:
             s, verdict, over = _matched_verdict(c, recall, undertrained_mqar(g))
-            out.append(ClaimVerdict(c, s, verdict, over, reach, under))
+            out.append(BoundaryClaimVerdict(c, s, verdict, over, reach, under))
             continue
         keys, over = c.select(g, reach)
         deltas = []
@@ -665,12 +665,12 @@ def claim_verdicts(rows: Iterable[Mapping[str, Any]], *, reach: int = DEFAULT_WI
         # solves every task at this budget, and there it does not).
         reads_mqar = c.recall or any(k[1] == "mqar" for k in keys)
         notes = [under if reads_mqar else "", _floor_note(g, keys) if c.floored and s.n else ""]
-        out.append(ClaimVerdict(c, s, judge(s) if s.n else "inconclusive", over if s.n else "", reach,
+        out.append(BoundaryClaimVerdict(c, s, judge(s) if s.n else "inconclusive", over if s.n else "", reach,
                                 " ".join(n for n in notes if n)))
     return out
 
 
-def claims_and_checks(verdicts: Iterable[ClaimVerdict]) -> tuple[list[ClaimVerdict], list[ClaimVerdict]]:
+def claims_and_checks(verdicts: Iterable[BoundaryClaimVerdict]) -> tuple[list[BoundaryClaimVerdict], list[BoundaryClaimVerdict]]:
     """The paper's claims and the sanity checks, apart, each in its declared order."""
     verdicts = list(verdicts)
     return [v for v in verdicts if not v.claim.sanity], [v for v in verdicts if v.claim.sanity]
@@ -729,7 +729,7 @@ def recall_frontier(rows: Iterable[Mapping[str, Any]], level: float = RECALL_LEV
 
 # -- the scoreboard's lines (ema_core.scoreboard.Score): the same verdicts, in the board's one shape --
 
-def scores(verdicts: Iterable[ClaimVerdict]) -> list[Score]:
+def scores(verdicts: Iterable[BoundaryClaimVerdict]) -> list[Score]:
     out = []
     for v in verdicts:
         c, d = v.claim, v.delta

@@ -1,7 +1,6 @@
 """Content (PAPER.md §4): SPEN, a language model of EMA traces only, with its predictor ablation, against
 the same-size GPT, on real text; where the gap lives, and how it grows with tokens and size."""
 from ema_core.studies import Page, Study
-from ema_core.studies.content import findings
 
 KIND = "lm"  # the language model's runs (the study's name came later; stored runs keep this kind)
 EVAL_KIND = "lm_eval"  # a finished run's model evaluated again
@@ -11,5 +10,5 @@ STUDY = Study(
     claim="Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, and "
           "swapping its predictor for attention changes nothing.",
     source="abstract, summaries",
-    pages=(Page("content", "Content", ":material/menu_book:"),), scores=findings.scores,
+    pages=(Page("content", "Content", ":material/menu_book:"),), judged_in_store=True,
 )

@@ -10,7 +10,7 @@ how the stream adds its blocks up.  Each (rule, depth) trains at its own rate, c
 (:mod:`ema_core.depth.rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
 the mixing weights of ``remix.fitted`` fitted on top.  Cells are independent and a pure function of
 (config, seed, cell): a run resumes cell by cell, and cells train in parallel over ``workers``
-processes (or a cluster's, :mod:`ema_core.experiments.cells`).
+processes (or a cluster's, :mod:`ema_core.cells`).
 
 Result tables:
 
@@ -44,9 +44,9 @@ from ema_core.config import seed_field
 from ema_core.depth import RULES, Rule
 from ema_core.depth import rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all
-from ema_core.depth.residual import DepthConfig as ModelConfig
+from ema_core.depth.residual import DepthLMConfig
 from ema_core.depth.residual import DepthLM, depth_weights, mix_entropy, params
-from ema_core.experiments.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
+from ema_core.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
 from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.gpt import NORMS
 from ema_core.lm.rates import AUTO, Auto
@@ -201,9 +201,9 @@ class DepthConfig(BaseModel):
 
 
 def model_config(cfg: DepthConfig, rule: str, depth: int, vocab: int):
-    """The :class:`ema_core.depth.residual.DepthConfig` of one cell."""
+    """The :class:`ema_core.depth.residual.DepthLMConfig` of one cell."""
 
-    return ModelConfig(**cfg.model.model_dump(), vocab_size=vocab, n_layers=depth, seq_len=cfg.train.seq_len,
+    return DepthLMConfig(**cfg.model.model_dump(), vocab_size=vocab, n_layers=depth, seq_len=cfg.train.seq_len,
                        rule=rule)
 
 
@@ -245,15 +245,15 @@ PRESETS: dict[str, dict] = {
 }
 
 
-class Cell(NamedTuple):
+class DepthCell(NamedTuple):
     rule: str
     depth: int
     seed: int
 
 
-def cells(cfg: DepthConfig) -> list[Cell]:
+def cells(cfg: DepthConfig) -> list[DepthCell]:
     """Every cell, seeds outermost (a run cut short holds whole grids first), then depth, then rule."""
-    return [Cell(rule, L, cfg.seed + s) for s in range(cfg.seeds) for L in cfg.depths for rule in cfg.rules]
+    return [DepthCell(rule, L, cfg.seed + s) for s in range(cfg.seeds) for L in cfg.depths for rule in cfg.rules]
 
 
 class _CellReporter(NullReporter):

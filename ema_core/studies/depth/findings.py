@@ -52,7 +52,7 @@ Key = tuple[str, int]  # (rule, depth in blocks)
 # -- the rows, as cells per seed ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Grid:
+class DepthGrid:
     """The rows as cells: ``seeds[seed][(rule, depth)][metric]`` holds the finite values only, and the
     widths and token budgets the rows were trained at (one of each for the rows of one config)."""
 
@@ -73,7 +73,7 @@ class Grid:
         return self.seeds.get(seed, {}).get((rule, depth), {}).get(metric)
 
 
-def grid(rows: Iterable[Mapping[str, Any]], remix: Iterable[Mapping[str, Any]] = ()) -> Grid:
+def grid(rows: Iterable[Mapping[str, Any]], remix: Iterable[Mapping[str, Any]] = ()) -> DepthGrid:
     """Cells per seed from ``depth_results`` rows (dicts, or a DataFrame), and from ``depth_remix`` rows as
     the cells (REMIX + rule, depth) holding the remixed model's ``val_loss``.  A row without a rule, a
     finite depth or a finite seed is left out; within a row, each metric that is missing or not finite
@@ -98,11 +98,11 @@ def grid(rows: Iterable[Mapping[str, Any]], remix: Iterable[Mapping[str, Any]] =
             tokens.add(int(t))
     seeds = {seed: {k: {m: total / n for m, (total, n) in cell.items()} for k, cell in cells.items()}
              for seed, cells in sums.items()}
-    return Grid(seeds, frozenset(widths), frozenset(tokens))
+    return DepthGrid(seeds, frozenset(widths), frozenset(tokens))
 
 
-def _as_grid(rows_or_grid, remix=()) -> Grid:
-    g = rows_or_grid if isinstance(rows_or_grid, Grid) else grid(rows_or_grid, remix)
+def _as_grid(rows_or_grid, remix=()) -> DepthGrid:
+    g = rows_or_grid if isinstance(rows_or_grid, DepthGrid) else grid(rows_or_grid, remix)
     if len(g.tokens) > 1:
         raise ValueError(f"these rows hold {len(g.tokens)} budgets ({', '.join(f'{t:,}' for t in sorted(g.tokens))} "
                          "training tokens per model); judge each apart (by_budget)")
@@ -160,7 +160,7 @@ class Measured:
 NOTHING = Measured({})
 
 
-def _per_seed(g: Grid, cells: Mapping[str, tuple[str, int, str]],
+def _per_seed(g: DepthGrid, cells: Mapping[str, tuple[str, int, str]],
               delta: Callable[[Mapping[str, float]], float]) -> tuple[dict[int, float], dict[str, dict[int, float]]]:
     """Δ of every seed that holds all ``cells`` (name -> (rule, depth, metric)), and each cell's value on
     those seeds."""
@@ -175,9 +175,9 @@ def _per_seed(g: Grid, cells: Mapping[str, tuple[str, int, str]],
     return deltas, values
 
 
-def _beats(worse: str, better: str) -> Callable[[Grid], Measured]:
+def _beats(worse: str, better: str) -> Callable[[DepthGrid], Measured]:
     """held-out loss(worse) − loss(better) at the deepest depth both were measured at."""
-    def measure(g: Grid) -> Measured:
+    def measure(g: DepthGrid) -> Measured:
         depths = g.depths("val_loss", worse, better)
         if not depths:
             return NOTHING
@@ -190,7 +190,7 @@ def _beats(worse: str, better: str) -> Callable[[Grid], Measured]:
     return measure
 
 
-def _trains_worse(g: Grid, rule: str, other: str, depth: int, deltas: Mapping[int, float]) -> str:
+def _trains_worse(g: DepthGrid, rule: str, other: str, depth: int, deltas: Mapping[int, float]) -> str:
     """Where ``rule`` loses on held-out text (mean Δ < 0) and its training loss at the end is higher than
     ``other``'s too (mean over the same seeds), the caveat that it fits the training text worse: the
     difference is one of training (a rate, an unstable form), not of what its stream can hold."""
@@ -204,7 +204,7 @@ def _trains_worse(g: Grid, rule: str, other: str, depth: int, deltas: Mapping[in
             "the training text worse, so its held-out deficit is one of training, not of what its stream can hold.")
 
 
-def _gap_grows(g: Grid) -> Measured:
+def _gap_grows(g: DepthGrid) -> Measured:
     """gap(L) = loss(sum, L) − loss(select, L); Δ = gap(deepest) − gap(shallowest).  Judged only where the
     fixed sum's deepest model beats its shallowest (mean held-out loss over the same seeds): below that
     budget a deeper stack is merely harder to train, and a mix that shortens it would "win" for that."""
@@ -241,10 +241,10 @@ def trained_deep(rows) -> dict[str, Any] | None:
             "seeds": len(v["lo"])}
 
 
-def _probe_lost(metric: str, what: str) -> Callable[[Grid], Measured]:
+def _probe_lost(metric: str, what: str) -> Callable[[DepthGrid], Measured]:
     """``metric`` read from the fixed sum's last stream: shallowest − deepest depth.  "Not measurable" where
     the same probe at initialisation reads ≥ PROBE_CEILING at either depth (mean over the seeds)."""
-    def measure(g: Grid) -> Measured:
+    def measure(g: DepthGrid) -> Measured:
         depths = g.depths(metric, "sum")
         if len(depths) < 2:
             return NOTHING
@@ -267,12 +267,12 @@ def _probe_lost(metric: str, what: str) -> Callable[[Grid], Measured]:
     return measure
 
 
-def _remix_short(rule: str) -> Callable[[Grid], Measured]:
+def _remix_short(rule: str) -> Callable[[DepthGrid], Measured]:
     """At the deepest depth: REMIX_SHARE × (loss(sum) − loss(rule), jointly trained) − (loss(sum) −
     loss(the frozen sum remixed with rule's weights))."""
     fitted = REMIX + rule
 
-    def measure(g: Grid) -> Measured:
+    def measure(g: DepthGrid) -> Measured:
         depths = g.depths("val_loss", "sum", rule, fitted)
         if not depths:
             return NOTHING
@@ -287,7 +287,7 @@ def _remix_short(rule: str) -> Callable[[Grid], Measured]:
     return measure
 
 
-def _early_readable(g: Grid) -> Measured:
+def _early_readable(g: DepthGrid) -> Measured:
     """Per seed, the mean over its cells of block 1's write read from the last stream (R², trained)."""
     deltas = {}
     for seed in sorted(g.seeds):
@@ -299,7 +299,7 @@ def _early_readable(g: Grid) -> Measured:
     return Measured(deltas, (("R²", dict(deltas)),), "over every rule and depth")
 
 
-def _probe_reads_tokens(g: Grid) -> Measured:
+def _probe_reads_tokens(g: DepthGrid) -> Measured:
     """Per seed, the mean over its cells of token-probe accuracy at initialisation − chance."""
     deltas, init, chance = {}, {}, {}
     for seed in sorted(g.seeds):
@@ -316,7 +316,7 @@ def _probe_reads_tokens(g: Grid) -> Measured:
 # -- the claims and the sanity check ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Claim:
+class DepthClaim:
     key: str
     what: str       # the claim in words, with the Δ it is judged by in its last parentheses
     paper: str      # what the paper says (a sanity check: what it checks)
@@ -324,7 +324,7 @@ class Claim:
     needs: str      # what rows it needs, for the sentence when they are absent
     quantity: str   # what the numbers beside Δ are, in words
     unit: str       # Δ's unit
-    measure: Callable[[Grid], Measured]
+    measure: Callable[[DepthGrid], Measured]
     # A sanity check holds by construction: judged by the same rule, shown apart from the paper's
     # claims, and never counted as one reproduced.  A failure says the harness is wrong, not the paper.
     sanity: bool = False
@@ -332,32 +332,32 @@ class Claim:
 
 _DILUTION = "fixed-coefficient accumulation dilutes across depth (fixed residual sums)"
 
-CLAIMS: tuple[Claim, ...] = (
-    Claim("static_beats_sum", "Static learned weights beat the fixed sum (held-out loss at the deepest depth, "
+CLAIMS: tuple[DepthClaim, ...] = (
+    DepthClaim("static_beats_sum", "Static learned weights beat the fixed sum (held-out loss at the deepest depth, "
           "sum − static > 0)", f"{_DILUTION}; predicted order: fixed sum < static weights < selection", "[A] [S]",
           "the fixed sum and static weights at a shared depth", "held-out loss", "nats/token",
           _beats("sum", "static")),
     # Input dependence alone: dynamic is static plus a per-token increment, nothing else changed (no
     # softmax, the same starting point, parameters as select's).
-    Claim("dynamic_beats_static", "Input-dependent weights beat static ones (held-out loss at the deepest depth, "
+    DepthClaim("dynamic_beats_static", "Input-dependent weights beat static ones (held-out loss at the deepest depth, "
           "static − dynamic > 0)", "only learned, input-dependent selection fixes the dilution", "[A] [S]",
           "static and input-dependent (dynamic) weights at a shared depth", "held-out loss", "nats/token",
           _beats("static", "dynamic")),
     # The convex variant: input-dependent and normalised at once, so it cannot be pinned on either.
-    Claim("select_beats_static", "Convex input-dependent selection beats static weights (held-out loss at the "
+    DepthClaim("select_beats_static", "Convex input-dependent selection beats static weights (held-out loss at the "
           "deepest depth, static − select > 0)", "only learned, input-dependent selection fixes the dilution",
           "[A] [S]", "static weights and selection at a shared depth", "held-out loss", "nats/token",
           _beats("static", "select")),
-    Claim("gap_grows_with_depth", "Fixed accumulation loses more to selection as the stack deepens (gap = held-out "
+    DepthClaim("gap_grows_with_depth", "Fixed accumulation loses more to selection as the stack deepens (gap = held-out "
           "loss, sum − select; gap at the deepest depth − gap at the shallowest > 0)",
           f"{_DILUTION}, and the dilution is irreversible: it grows with the number of writes added up",
           "[A] [S]", "the fixed sum and selection at two depths or more", "sum − select", "nats/token", _gap_grows),
-    Claim("sum_loses_early_block", "Fixed accumulation loses what block 1 added with depth (R² of block 1's write, "
+    DepthClaim("sum_loses_early_block", "Fixed accumulation loses what block 1 added with depth (R² of block 1's write, "
           "less what the embedding explains, read from the fixed sum's last stream, shallowest − deepest depth > 0)",
           f"{_DILUTION}: each write's share of the stream shrinks as more are added", "[A] [S]",
           "the fixed sum's residual early-block probe at two depths or more",
           "block 1's own write in the fixed sum's last stream", "R²", _probe_lost("probe_early_resid", "R²")),
-    Claim("sum_loses_prev_token", "Fixed accumulation loses the previous token with depth (accuracy of reading the "
+    DepthClaim("sum_loses_prev_token", "Fixed accumulation loses the previous token with depth (accuracy of reading the "
           "previous token's identity from the fixed sum's last stream, shallowest − deepest depth > 0)",
           f"{_DILUTION}: what an early block wrote is a smaller share of the stream the deeper it is", "[A] [S]",
           "the fixed sum's previous-token probe at two depths or more", "the previous token in the fixed sum's "
@@ -367,7 +367,7 @@ CLAIMS: tuple[Claim, ...] = (
     # when trained with the body; the threshold (half) was fixed before the confirming run.  Reproduced
     # refutes "the rule only changes access"; it does not tell information lost from the sum's stream
     # from a different training path (the body co-adapting with its mix): both recover nothing.
-    *(Claim(f"remix_short_of_{rule}", f"A better read of the fixed sum's stream does not give the gain: {label} "
+    *(DepthClaim(f"remix_short_of_{rule}", f"A better read of the fixed sum's stream does not give the gain: {label} "
             f"fitted on a frozen fixed sum recover less than half of what they gain trained jointly (held-out loss at "
             f"the deepest depth, {REMIX_SHARE:g} × (sum − {rule}) − (sum − remixed sum) > 0)",
             "the dilution is irreversible: once added up, an early write cannot be read back out", "[A] [S]",
@@ -376,15 +376,15 @@ CLAIMS: tuple[Claim, ...] = (
       for rule, label in (("static", "static weights"), ("dynamic", "input-dependent weights"))),
 )
 
-SANITY_CHECKS: tuple[Claim, ...] = (
-    Claim("probe_reads_tokens", "The token probe reads identity where the stream holds it (at initialisation, "
+SANITY_CHECKS: tuple[DepthClaim, ...] = (
+    DepthClaim("probe_reads_tokens", "The token probe reads identity where the stream holds it (at initialisation, "
           "token-probe accuracy − chance, mean over every rule and depth, > 0)",
           "the stream at initialisation carries the input embedding whole, by construction, so a probe that "
           "works reads the token above chance", "harness", "the probes at initialisation",
           "the token probe", "accuracy", _probe_reads_tokens, sanity=True),
     # The early-block probe before the embedding's part is removed: at its ceiling (0.998–0.999, trained or
     # not), so it checks the regression works, never the paper.
-    Claim("early_block_readable", "The early-block probe reads block 1's write whole (R² of block 1's write read "
+    DepthClaim("early_block_readable", "The early-block probe reads block 1's write whole (R² of block 1's write read "
           "from the last stream, mean over every rule and depth, > 0)",
           "the write is mostly a function of the current token, which every stream keeps, so a regression that "
           "works reads it", "harness", "the early-block probe", "block 1's write", "R²", _early_readable,
@@ -416,8 +416,8 @@ _SANITY_PHRASES = {"reproduced": "beyond the seeds' spread: the check holds",
 
 
 @dataclass(frozen=True)
-class ClaimVerdict:
-    claim: Claim
+class DepthClaimVerdict:
+    claim: DepthClaim
     delta: Spread   # of the claim's per-seed Δ
     verdict: str    # a key of VERDICT_WORDS, or "not_measured" (no seed holds the cells)
     over: str = ""  # where Δ is formed, read after it ("at 16 blocks"); empty where not measured
@@ -481,28 +481,28 @@ class ClaimVerdict:
 SPECIAL_WORDS = {"not_measurable": "not measurable", "not_trained": "not judged: deep models not yet trained"}
 
 
-def _verdict(claim: Claim, g: Grid) -> ClaimVerdict:
+def _verdict(claim: DepthClaim, g: DepthGrid) -> DepthClaimVerdict:
     m = claim.measure(g)
     d = spread(m.deltas.values())
     if d.n == 0:
-        return ClaimVerdict(claim, d, "not_measured")
+        return DepthClaimVerdict(claim, d, "not_measured")
     numbers = tuple((label, spread(per_seed.values())) for label, per_seed in m.numbers)
     if m.unmeasurable:
-        return ClaimVerdict(claim, d, "not_measurable", m.over, numbers, m.unmeasurable)
+        return DepthClaimVerdict(claim, d, "not_measurable", m.over, numbers, m.unmeasurable)
     if m.untrained:
-        return ClaimVerdict(claim, d, "not_trained", m.over, numbers, m.untrained)
-    return ClaimVerdict(claim, d, judge(d), m.over, numbers, m.note)
+        return DepthClaimVerdict(claim, d, "not_trained", m.over, numbers, m.untrained)
+    return DepthClaimVerdict(claim, d, judge(d), m.over, numbers, m.note)
 
 
-def claim_verdicts(rows, remix=()) -> list[ClaimVerdict]:
+def claim_verdicts(rows, remix=()) -> list[DepthClaimVerdict]:
     """Each of CLAIMS, then each of SANITY_CHECKS, judged by the shared rule from the ``depth_results`` rows
-    (dicts, or a DataFrame) and ``depth_remix`` rows of one budget, or their :class:`Grid`; rows of several
+    (dicts, or a DataFrame) and ``depth_remix`` rows of one budget, or their :class:`DepthGrid`; rows of several
     budgets are refused (judge each of :func:`by_budget` apart)."""
     g = _as_grid(rows, remix)
     return [_verdict(c, g) for c in (*CLAIMS, *SANITY_CHECKS)]
 
 
-def claims_and_checks(verdicts: Iterable[ClaimVerdict]) -> tuple[list[ClaimVerdict], list[ClaimVerdict]]:
+def claims_and_checks(verdicts: Iterable[DepthClaimVerdict]) -> tuple[list[DepthClaimVerdict], list[DepthClaimVerdict]]:
     """The paper's claims and the sanity checks, apart, each in its declared order."""
     verdicts = list(verdicts)
     return [v for v in verdicts if not v.claim.sanity], [v for v in verdicts if v.claim.sanity]
@@ -527,7 +527,7 @@ def measured_order(rows, depth: int) -> list[tuple[str, float]]:
 
 # -- the study in one sentence ------------------------------------------------------------------------------
 
-def _gap_at(g: Grid, depth: int) -> Spread:
+def _gap_at(g: DepthGrid, depth: int) -> Spread:
     per_seed = {}
     for seed in g.seeds:
         a, b = g.value(seed, "sum", depth, "val_loss"), g.value(seed, "select", depth, "val_loss")
@@ -580,7 +580,7 @@ def depth_statement(rows) -> str:
 
 # -- the scoreboard's lines (ema_core.scoreboard.Score): the same verdicts, in the board's one shape --
 
-def scores(verdicts: Iterable[ClaimVerdict]) -> list[Score]:
+def scores(verdicts: Iterable[DepthClaimVerdict]) -> list[Score]:
     out = []
     for v in verdicts:
         c, d = v.claim, v.delta

@@ -15,4 +15,5 @@ STUDY = Study(
            Page("depth_explorer", "Depth explorer", ":material/layers:")),
     not_judged="Computed in closed form and by decoders trained on the spot: the weights hold by construction, so "
                "nothing here is judged as a reproduction.",
+    export_figures={"dilution_accuracy": "run_figures"},
 )

@@ -26,6 +26,7 @@ import functools
 import time
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -121,19 +122,24 @@ def _data_seed(seed: int, set_index: int) -> int:
     return int(np.random.SeedSequence((seed, 7, set_index)).generate_state(1)[0])
 
 
-def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
-    # ema_core.dilution brings pandas, scipy and numba (0.6 s to import), and the registry (so every
-    # CLI command and every worker, of any kind) imports this module: only a dilution run pays for them.
-    from ema_core.dilution import feature_sets, random_stream, window_features  # pandas, scipy, numba: a dilution run's
+def _dilution():
+    """:mod:`ema_core.dilution`: the measurement whose stream, traces and feature sets this sweep decodes."""
+    # The registry imports this module, so every CLI command and every worker of any kind would pay for it.
+    from ema_core import dilution  # start-up: scipy and numba, 0.6 s on top of the registry: a dilution run only
 
+    return dilution
+
+
+def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     if cfg.decoder == "peel":
         return _run_peel(cfg, reporter, t_start)
-    sets = feature_sets(cfg.alphas, cfg.stream.window, cfg.stream.dim, include_all=cfg.include_all)
+    dilution = _dilution()
+    sets = dilution.feature_sets(cfg.alphas, cfg.stream.window, cfg.stream.dim, include_all=cfg.include_all)
     total = len(sets) * cfg.train.steps
     # first: a bad checkpoint fails before any work
     resumed, start_set, start_step, rows, summary, elapsed_before = _restore(cfg, reporter)
     reporter.progress((start_set * cfg.train.steps + start_step) / total, "building the token stream and its traces")
-    Xtr_all, Xte_all, Ytr, Yte = _build_data(cfg, random_stream, window_features)
+    Xtr_all, Xte_all, Ytr, Yte = _build_data(cfg)
     checkpoint = functools.partial(_checkpoint, cfg, reporter, t_start, elapsed_before, rows, summary)
     for si, (name, cols) in enumerate(sets):
         if si < start_set:
@@ -154,14 +160,13 @@ def _run(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
 
 def _run_peel(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> dict:
     """The peel decoder on every feature set: measured directly on the held-out stretch, no training."""
-    from ema_core.dilution import peel_set_accuracy, random_stream, rate_sets  # see _run
-
-    sets = rate_sets(cfg.alphas, include_all=cfg.include_all)
+    dilution = _dilution()
+    sets = dilution.rate_sets(cfg.alphas, include_all=cfg.include_all)
     # A checkpoint exists only where a cancel came between two sets: the sets done, kept.
     _, start_set, _, rows, summary, elapsed_before = _restore(cfg, reporter)
     reporter.progress(start_set / len(sets), "building the token stream and its traces")
     # The stream of the linear decoder's runs, by the same path (see _build_data), scored on the same steps.
-    stream = random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
+    stream = dilution.random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
     test = np.arange(stream.first + cfg.stream.n_train, len(stream.tokens))
     checkpoint = functools.partial(_checkpoint, cfg, reporter, t_start, elapsed_before, rows, summary)
     a = np.asarray(cfg.alphas, dtype=np.float64)
@@ -172,7 +177,7 @@ def _run_peel(cfg: DilutionSweepConfig, reporter: Reporter, t_start: float) -> d
             checkpoint(si, 0)
             raise Cancelled(si * cfg.train.steps)
         reporter.progress(si / len(sets), f"{name}: peeling")
-        acc = torch.from_numpy(peel_set_accuracy(stream, test, cfg.stream, a, ks))
+        acc = torch.from_numpy(dilution.peel_set_accuracy(stream, test, cfg.stream, a, ks))
         _record(cfg, reporter, si, name, acc, None, rows, summary)
     return _result(cfg, reporter, sets, rows, summary, elapsed_before + time.perf_counter() - t_start)
 
@@ -193,21 +198,20 @@ def _restore(cfg: DilutionSweepConfig, reporter: Reporter) -> tuple[dict | None,
     return resumed, start_set, start_step, rows, summary, elapsed_before
 
 
-def _build_data(cfg: DilutionSweepConfig, random_stream, window_features):
+def _build_data(cfg: DilutionSweepConfig):
     """Standardised train and test features (all rates) and their targets at every lag."""
-    # random_stream and window_features are passed in so that ema_core.dilution's costly import
-    # stays in one place, in _run.
+    dilution = _dilution()
     K, D, L, Wn = len(cfg.alphas), cfg.stream.dim, cfg.stream.max_lag, cfg.stream.window
     # The stream of ``dilution._measure``, by the torch path, on the one thread this run holds: the
     # numba path splits a long stream by its thread count (which changes the traces' last bits, and a
     # resumed run must see the very same features), and its OpenMP pool spin-waits on cores that
     # other workers need (measured: two concurrent workers took 10x longer than one).
-    stream = random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
+    stream = dilution.random_stream(cfg.stream, cfg.alphas, cfg.seed, backend="torch")
     tokens, traces, first = stream.tokens, stream.traces, stream.first
     steps_all = np.arange(first, len(tokens))
     train, test = steps_all[: cfg.stream.n_train], steps_all[cfg.stream.n_train :]
-    Ftr = window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
-    Fte = window_features(traces, test, Wn, K, D)  # (m, p)
+    Ftr = dilution.window_features(traces, train, Wn, K, D)  # (n, p) raw trace states
+    Fte = dilution.window_features(traces, test, Wn, K, D)  # (m, p)
     # Standardised with the training stretch's statistics, as the closed-form decoder does: a slow
     # trace's scale is ~6x below a fast one's (energy α/(2 − α)), and one step size then suits all.
     mu = Ftr.mean(0, dtype=np.float64)
@@ -308,17 +312,13 @@ def _record(cfg: DilutionSweepConfig, reporter: Reporter, si: int, name: str, ac
 
 def _result(cfg: DilutionSweepConfig, reporter: Reporter, sets, rows: list[dict], summary: dict, seconds: float) -> dict:
     """The run's result: the summary completed (with each feature set's horizons and limit), the accuracy table."""
-    # pandas and ema_core.dilution here, for the reason in _run: only a dilution run pays for them.
-    import pandas as pd  # only a dilution run pays for it (see _run)
-
-    from ema_core.dilution import ALL_RATES, limit_frame  # likewise
-
-    limits = limit_frame(cfg.stream, cfg.alphas, cfg.decoder, pd.DataFrame(rows))
+    dilution = _dilution()
+    limits = dilution.limit_frame(cfg.stream, cfg.alphas, cfg.decoder, pd.DataFrame(rows))
     for r in limits.itertuples():
         summary[f"horizon/{r.feature}"] = int(r.measured_horizon)
         summary[f"analytic_horizon/{r.feature}"] = float(r.analytic_horizon)
         summary[f"limit/{r.feature}"] = r.limit
-        if r.feature != ALL_RATES:
+        if r.feature != dilution.ALL_RATES:
             summary[f"sigma/{r.feature}"] = float(r.sigma)
     summary["chance"] = 1.0 / cfg.stream.vocab
     summary["feature_sets"] = ", ".join(name for name, _ in sets)

@@ -1,7 +1,6 @@
 """Structure (PAPER.md §2): SPCN, a Hebbian sparse model, on a synthetic grammar, probed role by role
 against a supervised BiGRU and an n-gram window."""
 from ema_core.studies import Page, Study
-from ema_core.studies.structure import findings
 
 KIND = "structure"
 
@@ -9,5 +8,5 @@ STUDY = Study(
     name="structure", title="Structure", experiments={KIND: "experiment"},
     claim="Traces keep structure: SPCN reaches ≈ 96% of a supervised BiGRU on grammatical roles with zero labels.",
     source="abstract, summaries",
-    pages=(Page("structure", "Structure", ":material/account_tree:"),), scores=findings.scores,
+    pages=(Page("structure", "Structure", ":material/account_tree:"),), judged_in_store=True,
 )

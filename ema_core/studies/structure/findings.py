@@ -58,7 +58,7 @@ VERDICT_RULE = (
 
 
 @dataclass(frozen=True)
-class Claim:
+class StructureClaim:
     measure: str      # the per-seed measure (``claim_measures``; the store's structure_headlines)
     what: str         # the claim in words
     paper: str        # the paper's numbers
@@ -67,23 +67,23 @@ class Claim:
 
 
 # The paper's claims that its own numbers make directional (PAPER.md §2): each is "measure > level".
-CLAIMS: tuple[Claim, ...] = (
-    Claim("spcn_minus_instantaneous", "Traces carry more of the roles than instantaneous activations "
+CLAIMS: tuple[StructureClaim, ...] = (
+    StructureClaim("spcn_minus_instantaneous", "Traces carry more of the roles than instantaneous activations "
           "(within grammar: traces − instantaneous > 0)", "0.960 vs 0.795", "[S]"),
-    Claim("spcn_over_bigru", "Label-free SPCN reaches 96 % of the supervised BiGRU within the grammar "
+    StructureClaim("spcn_over_bigru", "Label-free SPCN reaches 96 % of the supervised BiGRU within the grammar "
           "(SPCN / BiGRU − 0.96 > 0)", "≈ 0.96", "[A] [S]", level=0.96),
-    Claim("structural_gap", "SPCN beats the BiGRU on structure-dependent roles within the grammar "
+    StructureClaim("structural_gap", "SPCN beats the BiGRU on structure-dependent roles within the grammar "
           "(SPCN − BiGRU > 0)", "positive", "[S]"),
-    Claim("novel_structural_gap", "SPCN beats the BiGRU on structure-dependent roles of novel words "
+    StructureClaim("novel_structural_gap", "SPCN beats the BiGRU on structure-dependent roles of novel words "
           "(SPCN − BiGRU > 0)", "positive", "[S]"),
-    Claim("novel_agent_det_gap", "SPCN keeps agent determiners among novel words better than the BiGRU "
+    StructureClaim("novel_agent_det_gap", "SPCN keeps agent determiners among novel words better than the BiGRU "
           "(SPCN − BiGRU > 0)", "1.000 vs 0.759", "[S]"),
 )
 
 
 @dataclass(frozen=True)
-class ClaimVerdict:
-    claim: Claim
+class StructureClaimVerdict:
+    claim: StructureClaim
     delta: Spread   # of measure − level
     verdict: str    # a key of VERDICT_WORDS
 
@@ -155,7 +155,7 @@ PAPER: tuple[PaperNumber, ...] = (
 )
 
 
-def paper_beside_ours(measures: Mapping[str, Spread], claims: Iterable["ClaimVerdict"]) -> list[dict]:
+def paper_beside_ours(measures: Mapping[str, Spread], claims: Iterable["StructureClaimVerdict"]) -> list[dict]:
     """One row per :data:`PAPER` number: the paper's, ours across seeds (``ours_mean``/``ours_std``, NaN
     where these runs lack it), the seeds, and the verdict where the number is one of CLAIMS."""
     verdict_of = {v.claim.measure: v for v in claims}
@@ -191,12 +191,12 @@ def claim_measures(summary: Mapping) -> dict[str, float | None]:
     }
 
 
-def claim_verdicts(measures: Mapping[str, Spread]) -> list[ClaimVerdict]:
+def claim_verdicts(measures: Mapping[str, Spread]) -> list[StructureClaimVerdict]:
     """Each of CLAIMS judged by VERDICT_RULE from its measure's spread across seeds."""
     out = []
     for c in CLAIMS:
         s = measures.get(c.measure, Spread(math.nan, math.nan, 0)).shifted(c.level)
-        out.append(ClaimVerdict(c, s, judge(s) if s.n else "inconclusive"))
+        out.append(StructureClaimVerdict(c, s, judge(s) if s.n else "inconclusive"))
     return out
 
 
@@ -314,7 +314,7 @@ def findings(stats: Mapping[tuple[str, str, str], PairStat]) -> list[Finding]:
 
 @dataclass(frozen=True)
 class StructureVerdicts:
-    claims: list[ClaimVerdict]   # each of the paper's directional claims, judged by VERDICT_RULE
+    claims: list[StructureClaimVerdict]   # each of the paper's directional claims, judged by VERDICT_RULE
     findings: list[Finding]      # what the numbers show, one sentence each, computed from them
     paper: list[dict]            # the paper's numbers beside ours (paper_beside_ours)
     rule: str = VERDICT_RULE
@@ -341,7 +341,7 @@ def structure_verdicts(headlines: Iterable[Mapping], overall: Iterable[Mapping])
 
 # -- the scoreboard's lines (ema_core.scoreboard.Score): the same verdicts, in the board's one shape --
 
-def scores(claims: Iterable[ClaimVerdict]) -> list[Score]:
+def scores(claims: Iterable[StructureClaimVerdict]) -> list[Score]:
     out = []
     for v in claims:
         c, d = v.claim, v.delta

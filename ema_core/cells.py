@@ -5,7 +5,7 @@ A study whose run is a grid of independent cells (each a pure function of its co
 cell) hands them to :func:`run_parallel` with a module-level function that trains one cell.  The
 cells go to ``workers`` spawned processes of this machine (:class:`LocalCellPool`), or to a
 cluster's workers where the reporter offers a pool (``reporter.cell_pool``: a run started on Ray
-spreads its cells there, :class:`jobs.ray_backend.RayCellPool`).  A cell's function polls
+spreads its cells there, :class:`jobs.ray_cells.RayCellPool`).  A cell's function polls
 :func:`stop_requested` at every step: a cancel stops the running cells, whose outcome is then None
 (trained again on resume), and a failing cell stops the others and keeps the finished ones.
 
@@ -153,7 +153,7 @@ def run_parallel(jobs: Iterable[tuple[int, tuple]], workers: int, reporter, fini
 
 class LocalCellPool:
     """The cells in processes of this machine.  What a pool does for :func:`run_parallel` (a
-    cluster's, :class:`jobs.ray_backend.RayCellPool`, does the same): ``submit`` a cell, returning a
+    cluster's, :class:`jobs.ray_cells.RayCellPool`, does the same): ``submit`` a cell, returning a
     :class:`concurrent.futures.Future` of its outcome; ``stop`` the running cells, whose futures then
     end with None (cut short: trained again on resume); ``shutdown``."""
 
