@@ -30,7 +30,7 @@ from bench.machine import machine_info
 from ema_core.studies.boundary.tasks import accuracy, exclusion_floor, make_data
 from ema_core.experiments import NullReporter, build_config
 from ema_core.studies.boundary.experiment import cell_steps, cells, eval_steps
-from ema_core.experiments.cells import one_thread
+from ema_core.cells import one_thread
 from ema_core.studies.boundary.experiment import run as run_grid
 from ema_core.mixers.model import MixerNet
 

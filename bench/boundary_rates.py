@@ -33,7 +33,7 @@ from ema_core.studies.boundary.tasks import Trainer, accuracy, make_data, task_s
 from ema_core.studies.boundary.rates import tuned_for
 from ema_core.experiments import build_config
 from ema_core.studies.boundary.experiment import cell_steps, cells
-from ema_core.experiments.cells import one_thread
+from ema_core.cells import one_thread
 from ema_core.mixers.model import MixerNet
 
 

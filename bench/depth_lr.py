@@ -32,7 +32,7 @@ from bench.lm_lr import _floats, _ints, dev_split, log
 from bench.machine import machine_info
 from ema_core.depth import RULES
 from ema_core.experiments import NullReporter, build_config
-from ema_core.experiments.cells import one_thread, run_parallel
+from ema_core.cells import one_thread, run_parallel
 from ema_core.studies.depth.experiment import lm_streams, run_cell
 from ema_core.lm.train import Streams
 
