@@ -109,7 +109,7 @@ LM_VARIANTS: dict[tuple[str, str, str], tuple[str, str]] = {
     ("spen", "softmax_attention", "tokens"): ("SPEN softmax attention (tokens)", SOFTMAX_ATTENTION[2]),
 }
 # The pools of held-out tokens SPEN's gap to the GPT is followed in over training (the keys of
-# studies/content/findings.GROWTH_POOLS): every token in SPEN linear's blue (the gap of the model itself),
+# studies/content/growth.GROWTH_POOLS): every token in SPEN linear's blue (the gap of the model itself),
 # recall tokens in gold, a hue no model on the page has.
 TOKEN_POOL_COLORS: dict[str, str] = {"all": EMA, "recall": "#b79a20"}
 

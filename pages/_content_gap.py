@@ -9,9 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.lm.ngram import BASELINES, COPY_MIX
-from ema_core.studies.content.findings import (ALL_TOKENS, GAP_PREDICTION, GAP_RULE, PARTITION_LABELS, PARTITIONS,
-                                               VERDICT_DECIMALS, VERDICT_K, class_gaps, class_label, gap_scores,
-                                               gap_verdicts, variant_class_deltas, verdict_number)
+from ema_core.studies.content.gap import (GAP_PREDICTION, GAP_RULE, PARTITION_LABELS, PARTITIONS, VERDICT_K,
+                                          class_gaps, class_label, gap_scores, gap_verdicts, variant_class_deltas)
+from ema_core.studies.content.shared import ALL_TOKENS, VERDICT_DECIMALS, verdict_number
 from ema_core.studies.content.figures import (class_gap_chart, class_gap_frame, lm_curve_chart, lm_curve_frame,
                                               token_class_curves, variant_delta_frame)
 from pages._ui import chart_with_downloads, table_downloads, unbroken
@@ -37,7 +37,7 @@ def verdict_cell(v: float) -> str:
 
 
 def gap_table(frame: pd.DataFrame, split, what: str) -> tuple[pd.DataFrame, list[str]]:
-    """The gap table of a :class:`~ema_core.studies.content.findings.GapSplit` (its ``class_gap_frame``), shown on the
+    """The gap table of a :class:`~ema_core.studies.content.gap.GapSplit` (its ``class_gap_frame``), shown on the
     page, and the n-gram baselines it holds a column of.  Shares as percentages, on screen and in the
     downloads alike; the baselines' columns beside the GPT's (the loss on each class with no network)."""
     table = frame.assign(token_share=[f"{100 * v:.1f}" if math.isfinite(v) else "" for v in frame["token_share"]],

@@ -8,9 +8,10 @@ import math
 import pandas as pd
 import streamlit as st
 
-from ema_core.studies.content.findings import (GROWTH_MIN_POINTS, GROWTH_MODEL, GROWTH_POOLS, PAPER_PARAMS, PAPER_RATIO,
-                                      PAPER_TOKENS, GapGrowth, SizeTrend, gap_growth, growth_series,
-                                      growth_statement, ratio_text, size_statement, size_trend, tokens_text)
+from ema_core.studies.content.growth import (GROWTH_MIN_POINTS, GROWTH_MODEL, GROWTH_POOLS, GapGrowth, SizeTrend,
+                                             gap_growth, growth_series, growth_statement, size_statement, size_trend,
+                                             tokens_text)
+from ema_core.studies.content.shared import PAPER_PARAMS, PAPER_RATIO, PAPER_TOKENS, ratio_text
 from ema_core.studies.content.figures import growth_chart, growth_frame
 from pages._ui import chart_with_downloads, table_downloads
 from store import StoreError

@@ -11,7 +11,8 @@ from ema_core.palette import LM_VARIANTS
 from ema_core.rundir import RunDir, emalab_home
 from ema_core.studies.content.evaluation import KIND as REEVAL_KIND
 from ema_core.studies.content.figures import class_gap_frame
-from ema_core.studies.content.findings import ALL_TOKENS, PARTITION_LABELS, PARTITIONS, class_gaps, lm_variant_label
+from ema_core.studies.content.gap import PARTITION_LABELS, PARTITIONS, class_gaps
+from ema_core.studies.content.shared import ALL_TOKENS, lm_variant_label
 from pages._content_gap import gap_table
 from pages._sources import check_sources
 from pages._state import launch

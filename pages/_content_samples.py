@@ -11,7 +11,7 @@ from ema_core.lm.data import CorpusConfig
 from ema_core.lm.trained import held_out_passages
 from ema_core.rundir import emalab_home
 from ema_core.studies.content.evaluation import TrainedRun, load_trained, trained_run
-from ema_core.studies.content.findings import lm_variant_label
+from ema_core.studies.content.shared import lm_variant_label
 from pages._content_launch import kept_models, run_label
 
 

@@ -11,8 +11,8 @@ import pandas as pd
 from ema_core.config import nest
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.token_classes import SPLITS
-from ema_core.studies.content.findings import (HEADLINE_VARIANT, ablation_verdict, gap_verdicts, headline_verdict,
-                                               scores)
+from ema_core.studies.content.findings import HEADLINE_VARIANT, ablation_verdict, headline_verdict, scores
+from ema_core.studies.content.gap import gap_verdicts
 
 from . import export
 from .queries import (RUN_FILTER, RunIds, RunTable, across_runs, config_without_seed, id_list, query_frame,
@@ -256,7 +256,7 @@ def lm_final_losses(run_ids: RunIds = None, split: str = "val", *, home: Path | 
 def lm_token_class_pairs(run_ids: RunIds = None, evaluation: str | None = None, split: str = "val", *,
                          home: Path | None = None) -> pd.DataFrame:
     """The token-class rows of :func:`lm_token_classes` with what pairs them, the rows the Content page's
-    token-class section reads (:func:`ema_core.studies.content.findings.class_gaps`).
+    token-class section reads (:func:`ema_core.studies.content.gap.class_gaps`).
 
     Columns: run_id, group_id (as :func:`lm_runs`'), model, predictor, attn_input, seed, gpt_run_id (a
     SPEN run's GPT: the same seed and comparable config, the GPT sized to this SPEN, else to SPEN linear,
@@ -422,7 +422,7 @@ def lm_reevaluations(run_ids: RunIds = None, *, home: Path | None = None) -> pd.
 def lm_reeval_class_pairs(setting_id: str | None = None, run_ids: RunIds = None, *,
                           home: Path | None = None) -> pd.DataFrame:
     """The token-class rows of re-evaluations, shaped as :func:`store.content.lm_token_class_pairs`' (what
-    :func:`ema_core.studies.content.findings.class_gaps` reads), for one setting (``setting_id`` of
+    :func:`ema_core.studies.content.gap.class_gaps` reads), for one setting (``setting_id`` of
     :func:`lm_reevaluations`) or all.
 
     Columns: run_id (the re-evaluation), group_id, model, predictor, attn_input, seed (its source's),

@@ -1,4 +1,4 @@
-"""Where SPEN's gap to the GPT lives (ema_core.studies.content.findings): the share arithmetic, the pairing by seed
+"""Where SPEN's gap to the GPT lives (ema_core.studies.content.gap): the share arithmetic, the pairing by seed
 and settings, the pre-registered claims judged by the shared rule, and empty classes.  Hand-made rows of
 the store's ``lm_token_class_pairs`` (pure arithmetic: synthetic inputs, never results)."""
 from __future__ import annotations
@@ -8,9 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from ema_core.studies.content.findings import (ALL_TOKENS, COMMON_BIGRAM_RECALL, FAR_RECALL, FAR_RECALL_MATCHED, GAP_CLAIMS,
-                                      NEAR_RECALL, NEAR_RECALL_MATCHED, NOT_RECALL, RARE_BIGRAM_RECALL, RECALL,
-                                      class_gaps, class_label, gap_variant, gap_verdicts, variant_class_deltas)
+from ema_core.studies.content.gap import (COMMON_BIGRAM_RECALL, FAR_RECALL, FAR_RECALL_MATCHED, GAP_CLAIMS, NEAR_RECALL,
+                                          NEAR_RECALL_MATCHED, NOT_RECALL, RARE_BIGRAM_RECALL, class_gaps, class_label,
+                                          gap_verdicts, variant_class_deltas)
+from ema_core.studies.content.shared import ALL_TOKENS, RECALL, gap_variant
 from ema_core.lm.token_classes import BANDS, BIGRAM_COUNT_CLASSES, CLASSES, POSITION_CLASSES, RECALL_EDGES
 from ema_core.verdicts import VERDICT_K, VERDICT_WORDS, judge, spread
 

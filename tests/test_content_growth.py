@@ -1,4 +1,4 @@
-"""How the gap grows (ema_core.studies.content.findings.gap_growth): the fit of SPEN ÷ GPT against training tokens on
+"""How the gap grows (ema_core.studies.content.growth.gap_growth): the fit of SPEN ÷ GPT against training tokens on
 the plateau's evaluations, its interval and its guard, the chart, and the Content page's section.  Hand-made
 rows of the store's ``lm_token_class_pairs`` and synthetic runs of the ``long`` preset (known inputs, never
 results)."""
@@ -14,9 +14,9 @@ import pytest
 from apptest import ok, open_page
 
 from ema_core import palette
-from ema_core.studies.content.findings import (ALL_TOKENS, ANNEALED, GROWTH_POOLS, PAPER_PARAMS, PAPER_RATIO, PAPER_TOKENS,
-                                      RECALL, gap_growth, growth_points, growth_series, growth_statement,
-                                      size_statement, size_trend)
+from ema_core.studies.content.growth import (ANNEALED, GROWTH_POOLS, gap_growth, growth_points, growth_series,
+                                             growth_statement, size_statement, size_trend)
+from ema_core.studies.content.shared import ALL_TOKENS, PAPER_PARAMS, PAPER_RATIO, PAPER_TOKENS, RECALL
 from ema_core.experiments import build_config
 from ema_core.figures import chart_to_svg
 from ema_core.studies.content.figures import CURVE_WIDTH, EXTRAPOLATED, FITTED, growth_chart, growth_frame

@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 from apptest import ok, open_page
 
-from ema_core.studies.content.findings import (GAP_CLAIMS, NOT_RECALL, RECALL, VERDICT_K, VERDICT_WORDS, ablation_verdict, class_label,
-                                      headline_verdict, lm_variant_label, ratio_text, verdict_number)
+from ema_core.studies.content.findings import VERDICT_K, VERDICT_WORDS, ablation_verdict, headline_verdict
+from ema_core.studies.content.gap import GAP_CLAIMS, NOT_RECALL, class_label
+from ema_core.studies.content.shared import RECALL, lm_variant_label, ratio_text, verdict_number
 from ema_core.lm.token_classes import BANDS, CLASSES
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 from ema_core.verdicts import judge, spread
@@ -648,7 +649,7 @@ def test_the_charts_export_as_svg_and_png(runs):
         assert svg.lstrip().startswith("<svg") and text in svg
         assert chart_to_png(chart, scale=1).startswith(b"\x89PNG")
     assert "SPEN softmax attention (tokens)" in chart_to_svg(curves)
-    from ema_core.studies.content.findings import class_gaps
+    from ema_core.studies.content.gap import class_gaps
     from ema_core.studies.content.figures import class_gap_chart, class_gap_frame
     split = class_gaps(lm_token_class_pairs(runs).to_dict("records"))
     svg = chart_to_svg(class_gap_chart(class_gap_frame(split), split.variant))

@@ -543,7 +543,8 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
 
 def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_home, chromium_browser):
     from lm_fixture import make_lm_runs
-    from ema_core.studies.content.findings import ablation_verdict, headline_verdict, verdict_number
+    from ema_core.studies.content.findings import ablation_verdict, headline_verdict
+    from ema_core.studies.content.shared import verdict_number
     from store.content import lm_final_losses, lm_final_stats
     from store.export import mean_std
 

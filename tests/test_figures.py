@@ -387,7 +387,7 @@ def test_charts_sit_beside_the_science_not_inside_it():
 def test_the_content_labels_cover_exactly_the_registries_choices():
     # Labels are declared with the study's findings, the choices once in the registries that build the
     # models: a predictor or input added there without a label here would be shown by its bare name.
-    from ema_core.studies.content.findings import ATTN_INPUT_LABELS, PREDICTOR_LABELS
+    from ema_core.studies.content.shared import ATTN_INPUT_LABELS, PREDICTOR_LABELS
     from ema_core.lm.predictors import ATTN_INPUTS, PREDICTORS
 
     assert set(PREDICTOR_LABELS) == set(PREDICTORS) and set(ATTN_INPUT_LABELS) == set(ATTN_INPUTS)

@@ -307,7 +307,8 @@ def reevals(lab):
 
 
 def test_the_store_pairs_a_spen_reevaluation_with_its_gpts_in_the_same_setting(lab, home, reevals):
-    from ema_core.studies.content.findings import ALL_TOKENS, class_gaps
+    from ema_core.studies.content.gap import class_gaps
+    from ema_core.studies.content.shared import ALL_TOKENS
     from store.content import lm_reeval_class_pairs, lm_reevaluations
 
     ids = reevals

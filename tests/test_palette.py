@@ -17,7 +17,8 @@ import pytest
 
 from ema_core import palette
 from ema_core.studies.boundary.findings import TASKS
-from ema_core.studies.content.findings import GROWTH_POOLS, class_gaps, gap_growth
+from ema_core.studies.content.gap import class_gaps
+from ema_core.studies.content.growth import GROWTH_POOLS, gap_growth
 from ema_core.dilution import ALL_RATES, analytic_frame, rate_label
 from ema_core.studies.boundary.figures import (crossing_chart, dev_curve_chart, heat_map, mqar_chart, recall_state_chart,
                                        recall_state_frame)

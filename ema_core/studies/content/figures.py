@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 
 from ema_core import palette
-from ema_core.studies.content.findings import (ALL_TOKENS, ATTN_INPUT_LABELS, GROWTH_MODEL, PAPER_PARAMS, PLATEAU,
-                                      PREDICTOR_LABELS, GapGrowth, GapSplit, VariantClassDelta, class_label,
-                                      lm_variant_label, passes_text, tokens_text)
+from ema_core.studies.content.gap import GapSplit, VariantClassDelta, class_label
+from ema_core.studies.content.growth import GROWTH_MODEL, PLATEAU, GapGrowth, passes_text, tokens_text
+from ema_core.studies.content.shared import (ALL_TOKENS, ATTN_INPUT_LABELS, PAPER_PARAMS, PREDICTOR_LABELS,
+                                             lm_variant_label)
 from ema_core.figures import (COUNT_FORMAT, HAS_STD, HEIGHT, WIDTH, chart_title, color_scale, label_colors, legend,
                               reference_rule, value_format, with_layout)
 
@@ -133,7 +134,7 @@ def token_class_curves(rows: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def class_gap_frame(split: GapSplit, copied: GapSplit | None = None) -> pd.DataFrame:
-    """The rows of :func:`class_gap_chart` and the page's table from :func:`ema_core.studies.content.findings.class_gaps`:
+    """The rows of :func:`class_gap_chart` and the page's table from :func:`ema_core.studies.content.gap.class_gaps`:
     one per class of the partition, then ALL_TOKENS (every class pooled).
 
     Columns: class (its label), name (the store's), tokens, token_share (of the partition's tokens), spen,
@@ -200,7 +201,7 @@ def class_gap_chart(frame: pd.DataFrame, variant: str, partition_label: str = "t
 
 
 def variant_delta_frame(deltas: Iterable[VariantClassDelta]) -> pd.DataFrame:
-    """The rows of the page's per-variant table from :func:`ema_core.studies.content.findings.variant_class_deltas`:
+    """The rows of the page's per-variant table from :func:`ema_core.studies.content.gap.variant_class_deltas`:
     variant, one ``<class label>_mean``/``_std`` pair per class then ALL_TOKENS (Δ against SPEN linear,
     nats/token), seeds (paired on every token)."""
     rows = []
@@ -268,7 +269,7 @@ FITTED, EXTRAPOLATED = "fit, over the points fitted", "extrapolation"
 
 
 def growth_frame(fits: Iterable[GapGrowth]) -> pd.DataFrame:
-    """The page's table of the fits of :func:`ema_core.studies.content.findings.gap_growth`, one row per pool.
+    """The page's table of the fits of :func:`ema_core.studies.content.growth.gap_growth`, one row per pool.
 
     Columns: tokens (the pool's label), a, b (Δ = a + b·log10 t, nats/token; b per decade of training
     tokens), evaluations (steps fitted), seeds, passes (what the points fitted repeat), fitted_from, fitted_to, measured_to (training tokens),
