@@ -23,12 +23,12 @@ Test accuracy is reported, never used to choose: the table is made on dev alone.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from bench.machine import machine_info
+from bench.report import show
 from ema_core.studies.boundary.tasks import Trainer, accuracy, make_data, task_seed
 from ema_core.studies.boundary.rates import tuned_for
 from ema_core.experiments import build_config
@@ -67,6 +67,17 @@ def table_key(cell: dict, body_width: int) -> str:
     """(mixer, task) for the tasks at the body's width, (mixer, task, width) for MQAR's widths."""
     return (f"{cell['mixer']}|{cell['task']}|{cell['width']}" if cell["task"] == "mqar"
             else f"{cell['mixer']}|{cell['task']}")
+
+
+def print_report(r: dict) -> None:
+    print(f"boundary rates, preset {r['preset']}, seeds {r['seeds']}: {r['cells']} cells, every rate to the end, "
+          f"{r['seconds']:.0f} s")
+    for task, h in r["half_way"].items():
+        print(f"  {task:16s} half-way choice ≠ end choice in {h['differ']}/{h['cells']} cells; test cost "
+              f"mean {h['mean_cost']:+.4f}, worst {h['worst_cost']:+.4f}")
+    print("rate table (chosen on dev at the end):")
+    for key, lr in sorted(r["table"].items()):
+        print(f"  {key}: {lr:g}")
 
 
 def main(argv=None) -> int:
@@ -120,17 +131,7 @@ def main(argv=None) -> int:
               "half_way": half_way, "table": table, "tuned_for": tuned_for(cfg.model_dump(mode="json")),
               "cells_detail": results,
               "machine": machine_info()}
-    if a.json:
-        print(json.dumps(report, sort_keys=True))
-    else:
-        print(f"boundary rates, preset {a.preset}, seeds {a.seed}: {len(results)} cells, every rate to the end, "
-              f"{seconds:.0f} s")
-        for task, h in half_way.items():
-            print(f"  {task:16s} half-way choice ≠ end choice in {h['differ']}/{h['cells']} cells; test cost "
-                  f"mean {h['mean_cost']:+.4f}, worst {h['worst_cost']:+.4f}")
-        print("rate table (chosen on dev at the end):")
-        for key, lr in sorted(table.items()):
-            print(f"  {key}: {lr:g}")
+    show(report, a.json, print_report, sort_keys=True)
     return 0
 
 

@@ -28,8 +28,9 @@ import math
 import sys
 from pathlib import Path
 
-from bench.lm_lr import _floats, _ints, dev_split, log
+from bench.lm_lr import DEV_COLUMNS, _floats, _ints, dev_split, log
 from bench.machine import machine_info
+from bench.report import print_rows, show
 from ema_core.depth import RULES
 from ema_core.experiments import NullReporter, build_config
 from ema_core.cells import one_thread, run_parallel
@@ -176,10 +177,8 @@ def print_report(r: dict) -> None:
     print(f"depth learning-rate sweep: preset {r['preset']}, {r['steps']} steps of {r['batch']}×{r['seq_len']} tokens "
           f"(warm-up {r['warmup']}), seeds {', '.join(map(str, r['seeds']))}; dev slice = the last "
           f"{r['dev_tokens']:,} training tokens (the held-out text unread)")
-    print(f"{'rule':8s} {'blocks':>6s} {'lr':>9s} {'seed':>5s} {'round':>5s} {'dev loss':>9s} {'dev bpb':>8s} {'s':>7s}")
-    for row in r["rows"]:
-        print(f"{row['rule']:8s} {row['depth']:6d} {row['lr']:9.3g} {row['seed']:5d} {row['round']:5d} "
-              f"{row['dev_loss']:9.4f} {row['dev_bpb']:8.4f} {row['seconds']:7.1f}")
+    print_rows(r["rows"], [("rule", "rule", "8s"), ("depth", "blocks", "6d"), ("lr", "lr", "9.3g"),
+                           ("seed", "seed", "5d"), ("round", "round", "5d"), *DEV_COLUMNS])
     for rule, by in r["choice"].items():
         for L, c in by.items():
             flag = "" if c["inside"] else "  (on the edge of what was tried: rounds ran out)"
@@ -212,10 +211,7 @@ def main(argv=None) -> int:
     prior = json.loads(Path(a.prior).read_text())["rows"] if a.prior else ()
     report = sweep(a.preset, rules, tuple(a.depths), tuple(a.start), tuple(a.seeds), a.dev_tokens, a.workers,
                    a.rounds, tuple(a.check_seeds), prior)
-    if a.json:
-        print(json.dumps(report))
-    else:
-        print_report(report)
+    show(report, a.json, print_report)
     return 0
 
 

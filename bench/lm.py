@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.machine import machine_info as _machine_info
+from bench.report import show
 from ema_core.lm.sizes import MODELS, ModelChoice, build_model, get_size
 from ema_core.lm.train import TrainConfig, autocast, batch_at, build_optimizer
 
@@ -363,10 +364,7 @@ def main(argv=None) -> int:
         return 0
     report = run(args.size, args.ts, args.tokens_per_step, args.threads, args.quick, args.gpu_tokens_per_step,
                  args.gpt_match)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
+    show(report, args.json, print_table, indent=2)
     if "error" in report:
         log(report["error"])
         return 1

@@ -19,7 +19,6 @@ quick budget is 2 models × 3 rates × 2 warm-ups × 300 steps: about 12 × 3 mi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 
 from bench.machine import machine_info
+from bench.report import print_rows, show
 from ema_core.experiments import build_config
 from ema_core.lm.data import prepare
 from ema_core.lm.sizes import build_model
@@ -34,6 +34,9 @@ from ema_core.lm.train import Streams, train_lm
 
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
 DEFAULT_WARMUPS = (30, 100)
+# The last columns of a sweep's table (bench.report.print_rows), what each training scored on the dev
+# slice and how long it took: this sweep's and the depth sweep's, which trains the same way.
+DEV_COLUMNS = (("dev_loss", "dev loss", "9.4f"), ("dev_bpb", "dev bpb", "8.4f"), ("seconds", "s", "7.1f"))
 
 
 def log(msg: str) -> None:
@@ -140,10 +143,8 @@ def print_report(r: dict) -> None:
     print(f"lm learning-rate sweep: preset {r['preset']} ({r['steps']} steps of {r['batch']}×{r['seq_len']} tokens, "
           f"size {r['size']}), corpus {r['corpus']}; dev slice = the last {r['dev_tokens']:,} training tokens "
           f"(trained on the {r['train_tokens']:,} before them; the held-out text unread)")
-    print(f"{'model':5s} {'lr':>8s} {'warm-up':>8s} {'seed':>5s} {'dev loss':>9s} {'dev bpb':>8s} {'s':>7s}")
-    for row in r["rows"]:
-        print(f"{row['model']:5s} {row['lr']:8.0e} {row['warmup']:8d} {row['seed']:5d} {row['dev_loss']:9.4f} "
-              f"{row['dev_bpb']:8.4f} {row['seconds']:7.1f}")
+    print_rows(r["rows"], [("model", "model", "5s"), ("lr", "lr", "8.0e"), ("warmup", "warm-up", "8d"),
+                           ("seed", "seed", "5d"), *DEV_COLUMNS])
     for model, c in r["choice"].items():
         print(f"choice for {model}: lr {c['lr']:g}, warm-up {c['warmup']} (dev loss {c['dev_loss']:.4f}, "
               f"{c['seeds']} seed(s)); the preset has lr {_rate_text(r['preset_lr'][model])}, "
@@ -184,10 +185,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     report = sweep(a.preset, tuple(m.strip() for m in a.models.split(",") if m.strip()), a.lrs, a.warmups,
                    a.seeds, a.dev_tokens, a.steps, dict(a.overrides), a.threads)
-    if a.json:
-        print(json.dumps(report))
-    else:
-        print_report(report)
+    show(report, a.json, print_report)
     return 0
 
 

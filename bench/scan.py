@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import sys
@@ -26,6 +25,7 @@ import torch
 from scipy import signal
 
 from bench.machine import machine_info as _machine_info
+from bench.report import show
 from ema_core.jit import njit, prange
 from ema_core.scan.numba_cpu import ema_scan_numba
 from ema_core.scan.torch_scan import ema_scan_torch
@@ -308,10 +308,7 @@ def main(argv=None) -> None:
     p.add_argument("--T", type=int, default=None, help=argparse.SUPPRESS)  # tiny runs for the test
     args = p.parse_args(argv)
     report = run(args.quick, args.T)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
+    show(report, args.json, print_table, indent=2)
 
 
 if __name__ == "__main__":

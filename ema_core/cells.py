@@ -23,11 +23,42 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Callable, Iterable
+from typing import Annotated, Callable, Iterable, Literal
 
 import torch
+from pydantic import AfterValidator, Field
 
 from ema_core.protocol import Cancelled, StoredConfig, check_checkpoint
+
+
+def _device_present(v: str) -> str:
+    # Refused with the config, before a run folder exists, rather than by the run a moment later.
+    if v == "cuda" and not torch.cuda.is_available():
+        raise ValueError("no CUDA device is visible on this machine; use auto or cpu")
+    return v
+
+
+# A grid study's ``device`` setting (``device: Device = "cpu"``), checked where its config is typed;
+# where its cells then train is :func:`cell_device`.
+Device = Annotated[Literal["cpu", "cuda", "auto"], AfterValidator(_device_present),
+                   Field(description="cpu, cuda, or auto (CUDA when present)")]
+
+
+def grid_axis(v: tuple) -> tuple:
+    """An axis of a grid study's config (its mixers, depths, ...): at least one value, each once, so that
+    no cell is trained twice.  The message names no setting and shows no value: config_error puts the
+    setting's name before it and the value after it."""
+    if not v:
+        raise ValueError("none given; name at least one")
+    repeated = [x for x in dict.fromkeys(v) if v.count(x) > 1]
+    if repeated:
+        raise ValueError(f"{', '.join(map(str, repeated))} given more than once; each may appear once")
+    return v
+
+
+def cell_device(setting: str) -> torch.device:
+    """Where a cell trains for a ``device`` setting: CUDA for cuda or auto where one is visible, else the CPU."""
+    return torch.device("cuda" if setting != "cpu" and torch.cuda.is_available() else "cpu")
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
@@ -80,6 +81,9 @@ class Experiment:
     # studies do; an extension whose quick map takes most of an hour (the boundary map) is launched from
     # its own page.
     one_click: bool = True
+    # What that one click runs of this kind: the `quick` preset once per entry, with the entry's
+    # overrides (the content claim is SPEN *against* the GPT, so its one click trains both sides).
+    reproduction: tuple[Mapping[str, Any], ...] = ({},)
     # A finished run's result in one line from its summary (its Jobs card, the run table), so that no
     # page names a kind: "" where the kind says nothing in one line.
     headline: Callable[[dict], str] = lambda summary: ""
@@ -97,6 +101,27 @@ class Experiment:
         # Declared here, read by every reader of a run folder (ingest, runner, worker, a resuming
         # checkpoint's StoredConfig) without importing this kind's experiment.
         declare_older_shapes(self.kind, dict(self.older_paths), dict(self.older_behaviour))
+
+
+def study_experiment(module: str, **fields: Any) -> Experiment:
+    """The :class:`Experiment` of a study's experiment module, from the four names every such module
+    defines (docs/architecture.md, "A study is one folder"): ``KIND`` (read from its study's
+    ``__init__``), ``PRESETS``, ``run`` and ``headline``; ``fields`` are the rest (config_cls,
+    description, ...).  The module's last statement, once those names exist:
+    ``EXPERIMENT = study_experiment(__name__, config_cls=..., description=...)``."""
+    names = vars(sys.modules[module])
+    missing = [name for name in ("KIND", "PRESETS", "run", "headline") if name not in names]
+    if missing:
+        raise TypeError(f"{module} defines no {', '.join(missing)} before its experiment")
+    return Experiment(kind=names["KIND"], presets=names["PRESETS"], run=names["run"], headline=names["headline"],
+                      **fields)
+
+
+def moved_into_groups(**groups: str) -> dict[str, str]:
+    """``older_paths`` for settings that sat flat before configs were nested: each group's setting names
+    (one string, space-separated) by the dotted path they have today, in the order given —
+    ``moved_into_groups(train="steps lr")`` is ``{"steps": "train.steps", "lr": "train.lr"}``."""
+    return {name: f"{group}.{name}" for group, names in groups.items() for name in names.split()}
 
 
 class Column(NamedTuple):

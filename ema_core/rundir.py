@@ -247,6 +247,13 @@ def _explain(exc: OSError, path: Path) -> str:
     return f"could not write {path}: {exc.strerror or exc}"
 
 
+def _in_run(name: str) -> property:
+    """A read-only attribute of :class:`RunDir`: the path of the run folder's file (or folder) ``name``."""
+    def path(self: "RunDir") -> Path:
+        return self.path / name
+    return property(path)
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -262,39 +269,17 @@ class RunDir:
     def run_id(self) -> str:
         return self.path.name
 
-    @property
-    def config_path(self) -> Path:
-        return self.path / "config.json"
-
-    @property
-    def status_path(self) -> Path:
-        return self.path / "status.json"
-
-    @property
-    def events_path(self) -> Path:
-        return self.path / "events.jsonl"
-
-    @property
-    def result_path(self) -> Path:
-        return self.path / "result.json"
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.path / "checkpoints"
-
-    @property
-    def log_path(self) -> Path:
-        return self.path / "log.txt"
-
-    @property
-    def cancel_path(self) -> Path:
-        return self.path / "cancel"
-
-    @property
-    def spawn_path(self) -> Path:
-        # Written by the local runner when it starts a worker for a queued run: any process's runner
-        # then knows a worker is on its way, before that worker has marked the run running.
-        return self.path / "spawned.json"
+    # The run folder's files, each by its one name in the format.
+    config_path = _in_run("config.json")
+    status_path = _in_run("status.json")
+    events_path = _in_run("events.jsonl")
+    result_path = _in_run("result.json")
+    checkpoint_dir = _in_run("checkpoints")
+    log_path = _in_run("log.txt")
+    cancel_path = _in_run("cancel")
+    # Written by the local runner when it starts a worker for a queued run: any process's runner
+    # then knows a worker is on its way, before that worker has marked the run running.
+    spawn_path = _in_run("spawned.json")
 
     def exists(self) -> bool:
         return self.config_path.exists()

@@ -152,6 +152,16 @@ def not_judged(n: int) -> str:
     return f"not judged: {n} seed{'' if n == 1 else 's'}"
 
 
+def verdict_word(verdict: str, n: int, words: Mapping[str, str]) -> str:
+    """A claim's verdict in a word or two: ``words[verdict]`` (a study's wording of :func:`judge`'s
+    verdicts), or on fewer than VERDICT_MIN_SEEDS of its ``n`` seeds, :func:`not_judged`'s.
+
+    >>> verdict_word("not_judged", 2, VERDICT_WORDS), verdict_word("not_reproduced", 5, VERDICT_WORDS)
+    ('not judged: 2 seeds', 'not reproduced')
+    """
+    return not_judged(n) if verdict == "not_judged" else words[verdict]
+
+
 # -- the rule as a test --------------------------------------------------------------------------------
 
 def t_threshold(n: int) -> float:

@@ -12,6 +12,7 @@ from ema_core.rundir import RunDir, emalab_home
 from ema_core.studies.content.evaluation import KIND as REEVAL_KIND
 from ema_core.studies.content.figures import class_gap_frame
 from ema_core.studies.content.gap import PARTITION_LABELS, PARTITIONS, class_gaps
+from ema_core.studies.content import KIND
 from ema_core.studies.content.shared import ALL_TOKENS, lm_variant_label
 from pages._content_gap import gap_table
 from pages._sources import check_sources
@@ -20,7 +21,6 @@ from pages._ui import table_downloads
 from store import StoreError
 from store.content import lm_reeval_class_pairs, lm_reevaluations
 
-KIND = "lm"
 LAUNCH_DEFAULT = ["GPT", "SPEN linear", "SPEN softmax attention (state)", "SPEN softmax attention (tokens)"]
 
 

@@ -7,7 +7,6 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.experiments import REGISTRY, build_config
-from ema_core.studies.content import experiment as lm_experiment
 from ema_core.scoreboard import OUTCOMES, RULE_LINE, missing_seeds
 from ema_core.studies import STUDIES
 from ema_core.verdicts import RULE_AS_TEST, VERDICT_MIN_SEEDS, VERDICT_WORDS
@@ -118,15 +117,11 @@ if summary["runs"]:
 else:
     st.info("The store is empty. The trace-dilution explorer needs no runs; the button below starts a quick reproduction.")
 
-# Settings a kind's quick reproduction runs, each over its `quick` preset (one run of the preset
-# for a kind not listed): for the language model, SPEN and the same-size GPT, both sides of the claim.
-REPRODUCTION = {lm_experiment.KIND: lm_experiment.QUICK_REPRODUCTION}
-
-
 def quick_jobs() -> list[tuple[str, object]]:
-    return [(kind, build_config(kind, preset="quick", overrides=overrides))
+    """Each kind's quick reproduction (``Experiment.reproduction``), over its `quick` preset."""
+    return [(kind, build_config(kind, preset="quick", overrides=dict(overrides)))
             for kind, exp in sorted(REGISTRY.items()) if "quick" in exp.presets and exp.one_click
-            for overrides in REPRODUCTION.get(kind, ({},))]
+            for overrides in exp.reproduction]
 
 
 st.subheader("Quick reproduction")

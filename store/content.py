@@ -11,6 +11,7 @@ import pandas as pd
 from ema_core.config import nest
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.token_classes import SPLITS
+from ema_core.studies.content import KIND
 from ema_core.studies.content.findings import HEADLINE_VARIANT, ablation_verdict, headline_verdict, scores
 from ema_core.studies.content.gap import gap_verdicts
 
@@ -61,7 +62,7 @@ _LM_ORDER = ("list_position(['gpt', 'spen'], {p}model), list_position(['linear',
 _LM_RUNS = f"""SELECT r.run_id, r.seed, r.config->>'model' AS model, r.config->>'predictor' AS predictor,
                       r.config->>'attn_input' AS attn_input, {_LM_COMPARABLE} AS comparable,
                       (r.summary->>'params')::BIGINT AS params
-               FROM runs r WHERE r.kind = 'lm' AND {RUN_FILTER.format(col='r.run_id')}"""
+               FROM runs r WHERE r.kind = '{KIND}' AND {RUN_FILTER.format(col='r.run_id')}"""
 
 # The peak rate a run trained at: the summary's record (a run at train.lr=auto resolves it and says
 # so there), else the config's number (runs made before the record).
@@ -165,7 +166,7 @@ def lm_runs(run_ids: RunIds = None, status: str | Iterable[str] | None = None, *
                    left(md5({_LM_COMPARABLE}), 8) AS group_id, {_LM_COMPARABLE} AS comparable,
                    r.config::VARCHAR AS config
             FROM runs r
-            WHERE r.kind = 'lm' AND {RUN_FILTER.format(col='r.run_id')}
+            WHERE r.kind = '{KIND}' AND {RUN_FILTER.format(col='r.run_id')}
               AND ($statuses::VARCHAR[] IS NULL OR r.status IN (SELECT unnest($statuses::VARCHAR[])))
             ORDER BY started DESC NULLS LAST, {_LM_ORDER.format(p='')}, r.seed, r.run_id""",
         {"ids": id_list(run_ids), "statuses": statuses, "drop": _LM_DROP}, home,
@@ -186,7 +187,7 @@ def lm_curves(run_ids: RunIds, key: str = "val/loss", *, home: Path | None = Non
                    m.step * {_LM_TOKENS_PER_STEP} AS tokens,
                    m.value
             FROM metrics m JOIN runs r USING (run_id)
-            WHERE m.key = $key AND r.kind = 'lm' AND {RUN_FILTER.format(col='m.run_id')}
+            WHERE m.key = $key AND r.kind = '{KIND}' AND {RUN_FILTER.format(col='m.run_id')}
             QUALIFY row_number() OVER (PARTITION BY m.run_id, m.step ORDER BY m.seq DESC) = 1
             ORDER BY {_LM_ORDER.format(p='')}, r.seed, m.run_id, m.step""",
         {"key": key, "ids": id_list(run_ids)}, home,
@@ -295,7 +296,7 @@ def lm_family_runs(run_ids: RunIds = None, *, home: Path | None = None) -> list[
     :func:`lm_token_class_pairs`' family_id): the runs of other lengths beside the ones picked, whose
     annealed finals are the points of one growth curve.  In run id order."""
     sql = f"""
-        WITH fam AS (SELECT r.run_id, {_LM_FAMILY} AS family_id FROM runs r WHERE r.kind = 'lm')
+        WITH fam AS (SELECT r.run_id, {_LM_FAMILY} AS family_id FROM runs r WHERE r.kind = '{KIND}')
         SELECT run_id FROM fam
         WHERE family_id IN (SELECT family_id FROM fam WHERE {RUN_FILTER.format(col='run_id')})
         ORDER BY run_id"""

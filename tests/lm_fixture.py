@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from ema_core.experiments import NullReporter, build_config, get_experiment
+from ema_core.studies.content import KIND
 from finished_run import write_finished_run
 from runcache import trained
 from store import ingest
 
-KIND = "lm"
 # The quick preset shrunk to about a second per run: six steps of two 32-token sequences.
 TINY = dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=2, eval_tokens=256, final_eval_tokens=1024,
             vocab_size=512, log_every=2, threads=1)

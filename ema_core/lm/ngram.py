@@ -60,14 +60,9 @@ class Bigram:
 
     @classmethod
     def fit(cls, tokens, vocab: int) -> "Bigram":
-        t = np.asarray(tokens, dtype=np.int64).ravel()
-        if t.size < 2:
-            raise ValueError(f"a bigram needs at least 2 training tokens, got {t.size}")
-        if t.min() < 0 or t.max() >= vocab:
-            raise ValueError(f"token ids must lie in [0, {vocab}), got [{t.min()}, {t.max()}]")
+        t = _training_ids(tokens, vocab, 2, "bigram")
         codes, counts = np.unique(t[:-1] * vocab + t[1:], return_counts=True)
-        n1, n2 = int(np.sum(counts == 1)), int(np.sum(counts == 2))
-        discount = n1 / (n1 + 2 * n2) if n1 + n2 else 0.5
+        discount = _discount(counts)
         unigram = (np.bincount(t, minlength=vocab) + 1.0) / (t.size + vocab)
         return cls(vocab=vocab, codes=codes, counts=counts, context=np.bincount(t[:-1], minlength=vocab),
                    types=np.bincount(codes // vocab, minlength=vocab), unigram=unigram, discount=discount)
@@ -81,6 +76,16 @@ class Bigram:
         safe = np.where(seen, ctx, 1)
         interp = np.maximum(pair - self.discount, 0.0) / safe + self.discount * self.types[p] / safe * self.unigram[y]
         return np.where(seen, interp, self.unigram[y])
+
+
+def _training_ids(tokens, vocab: int, n: int, model: str) -> np.ndarray:
+    """The training ids as one int64 array, refused where too few for one ``n``-gram or outside [0, vocab)."""
+    t = np.asarray(tokens, dtype=np.int64).ravel()
+    if t.size < n:
+        raise ValueError(f"a {model} needs at least {n} training tokens, got {t.size}")
+    if t.min() < 0 or t.max() >= vocab:
+        raise ValueError(f"token ids must lie in [0, {vocab}), got [{t.min()}, {t.max()}]")
+    return t
 
 
 def _discount(counts: np.ndarray) -> float:
@@ -123,11 +128,7 @@ class KneserNey:
 
     @classmethod
     def fit(cls, tokens, vocab: int) -> "KneserNey":
-        t = np.asarray(tokens, dtype=np.int64).ravel()
-        if t.size < 3:
-            raise ValueError(f"a trigram needs at least 3 training tokens, got {t.size}")
-        if t.min() < 0 or t.max() >= vocab:
-            raise ValueError(f"token ids must lie in [0, {vocab}), got [{t.min()}, {t.max()}]")
+        t = _training_ids(tokens, vocab, 3, "trigram")
         if vocab >= 2 ** 21:
             raise ValueError(f"a vocabulary of {vocab} ids overflows the trigram codes (at most {2 ** 21 - 1})")
         tri, tri_counts = np.unique((t[:-2] * vocab + t[1:-1]) * vocab + t[2:], return_counts=True)

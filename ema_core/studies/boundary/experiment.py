@@ -32,19 +32,19 @@ from __future__ import annotations
 import time
 from typing import Literal, NamedTuple
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ema_core.studies.boundary.tasks import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
                                exclusion_floor, make_data, mqar_fits, task_seed)
 from ema_core.studies.boundary.findings import TASKS, TaskName
 from ema_core.studies.boundary.rates import table_rate, table_refusal
-from ema_core.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
+from ema_core.cells import (Device, cell_device, grid_axis, one_thread, run_cells, run_parallel, run_serial,
+                             stop_requested)
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.mixers.causality import check_causal
 from ema_core.mixers.model import MixerNet
-from ema_core.protocol import Experiment, Reporter
+from ema_core.protocol import Reporter, study_experiment
 from ema_core.studies.boundary import KIND
 
 # 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone); 3: the
@@ -148,7 +148,7 @@ class BoundaryConfig(BaseModel):
 
     # The grid's axes.  Names are typed from their lists (a Literal: an unknown one is refused where
     # the config is typed, with the names allowed); every axis holds at least one value, each once
-    # (_listed: no cell is trained twice).
+    # (grid_axis: no cell is trained twice).
     mixers: tuple[MixerName, ...] = Field(MIXER_NAMES, description=f"of {', '.join(MIXER_NAMES)}")
     tasks: tuple[TaskName, ...] = Field(TASKS, description=f"of {', '.join(TASKS)}")
     distances: tuple[int, ...] = Field((1, 2, 4, 8, 16, 32), max_length=32,
@@ -171,7 +171,7 @@ class BoundaryConfig(BaseModel):
     # from a second process than from a second thread (measured in docs/benchmarks.md).  Every cell
     # runs on one thread whatever this is, so the map does not depend on it.
     workers: int = Field(1, ge=1, le=64, description="cells trained at once (processes)")
-    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu, cuda, or auto (CUDA when present)")
+    device: Device = "cpu"
     data: TaskConfig = TaskConfig()
     model: BoundaryModelConfig = BoundaryModelConfig()
     train: BoundaryTrainConfig = BoundaryTrainConfig()
@@ -206,32 +206,24 @@ class BoundaryConfig(BaseModel):
                  "redundancy": (0.0 if structure == "independent" else 1.0,)}
         return v
 
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        # Refused with the config, before a run folder exists (as the lm kind does).
-        if v == "cuda" and not torch.cuda.is_available():
-            raise ValueError("no CUDA device is visible on this machine; use auto or cpu")
-        return v
-
     @field_validator("mixers", "tasks")
     @classmethod
     def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _listed(v)
+        return grid_axis(v)
 
     @field_validator("distances", "mqar_pairs", "mqar_len")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
         if any(x < 1 for x in v):
             raise ValueError("every value must be a positive integer")
-        return _listed(v)
+        return grid_axis(v)
 
     @field_validator("redundancy")
     @classmethod
     def _redundancy(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         if any(not 0 <= r <= 1 for r in v):
             raise ValueError("every ρ must be in [0, 1]")
-        return _listed(tuple(float(r) for r in v))
+        return grid_axis(tuple(float(r) for r in v))
 
     @field_validator("recall_widths")
     @classmethod
@@ -240,7 +232,7 @@ class BoundaryConfig(BaseModel):
             return v
         if any(w < 4 or w % 4 for w in v):
             raise ValueError("every width must be a multiple of 4 (the attention mixers' heads), at least 4")
-        return _listed(v)
+        return grid_axis(v)
 
     @model_validator(mode="after")
     def _fits(self) -> "BoundaryConfig":
@@ -263,17 +255,6 @@ class BoundaryConfig(BaseModel):
             if refusal:
                 raise ValueError(f"train.lr_choice: {refusal} (train.lr_choice=dev)")
         return self
-
-
-def _listed(v: tuple) -> tuple:
-    """An axis of the grid: at least one value, each once.  The message names no setting and shows no
-    value: config_error puts the setting's name before it and the value after it."""
-    if not v:
-        raise ValueError("none given; name at least one")
-    repeated = [x for x in dict.fromkeys(v) if v.count(x) > 1]
-    if repeated:
-        raise ValueError(f"{', '.join(map(str, repeated))} given more than once; each may appear once")
-    return v
 
 
 def _check_mqar_sizes(pairs: tuple[int, ...], lens: tuple[int, ...]) -> None:
@@ -475,7 +456,7 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
     width = cfg.model.d if width is None else width
     steps = cell_steps(cfg, d)
     body = cfg.model if width == cfg.model.d else cfg.model.model_copy(update={"d": width})
-    device = torch.device("cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
+    device = cell_device(cfg.device)
     train, dev, test = (make_data(d, cfg.data, seed, split).to(device) for split in ("train", "dev", "test"))
     # The same initial weights' seed and minibatch order at every width: widths differ only in width.
     init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
@@ -569,11 +550,9 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = Experiment(
-    kind=KIND,
+EXPERIMENT = study_experiment(
+    __name__,
     config_cls=BoundaryConfig,
-    presets=PRESETS,
-    run=run,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
     one_click=False,  # about 12 minutes on 2 cores (a long job): launched from its page, not with the paper's quick reproduction
     # Runs made before these settings ran without a conv, on the sentence templates (ρ = 1: the
@@ -581,5 +560,4 @@ EXPERIMENT = Experiment(
     # a structure read it through BoundaryConfig._older_structure), without recall against state size
     # (their MQAR vocabulary: BoundaryConfig._older_mqar_keys), and with four softmax heads.
     older_behaviour={"model.conv": 0, "redundancy": [1.0], "recall_widths": [], "model.heads": 4},
-    headline=headline,
 )

@@ -129,8 +129,8 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# What the one-click quick reproduction (the Overview page) runs of this kind: the `quick` preset once
-# per entry.  The content claim is SPEN *against* the same-size GPT, so one click must train both
+# What the one-click quick reproduction (the Overview page) runs of this kind (its Experiment's
+# ``reproduction``): the `quick` preset once per entry.  The content claim is SPEN *against* the same-size GPT, so one click must train both
 # sides of it (the GPT sized to the preset's SPEN, linear predictor); the predictor ablation stays on
 # the Content page's launch form (seven variants × seeds is not a one-click budget on two cores).
 QUICK_REPRODUCTION: tuple[dict, ...] = ({"model": "spen"}, {"model": "gpt"})
@@ -282,6 +282,7 @@ def headline(summary: dict) -> str:
 
 EXPERIMENT = Experiment(
     kind=KIND,
+    reproduction=QUICK_REPRODUCTION,
     config_cls=LMConfig,
     presets=PRESETS,
     run=run,

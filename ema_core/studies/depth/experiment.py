@@ -46,13 +46,14 @@ from ema_core.depth import rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all
 from ema_core.depth.residual import DepthLMConfig
 from ema_core.depth.residual import DepthLM, depth_weights, mix_entropy, params
-from ema_core.cells import one_thread, run_cells, run_parallel, run_serial, stop_requested
+from ema_core.cells import (Device, cell_device, grid_axis, one_thread, run_cells, run_parallel, run_serial,
+                             stop_requested)
 from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.gpt import NORMS
 from ema_core.lm.rates import AUTO, Auto
 from ema_core.lm.train import Streams, TrainConfig, train_lm
 from ema_core.mixers.causality import check_causal
-from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
+from ema_core.protocol import Cancelled, NullReporter, Reporter, study_experiment
 from ema_core.studies.depth import KIND
 
 # 2: a cell's outcome holds its weight trajectory and its remixes beside its row and weights.
@@ -130,7 +131,7 @@ class DepthConfig(BaseModel):
     depths: tuple[int, ...] = Field((4, 8, 16), max_length=16, description="blocks of each model")
     seeds: int = Field(1, ge=1, le=32, description="seeds per cell: seed, seed + 1, …")
     workers: int = Field(1, ge=1, le=64, description="cells trained at once (processes, one thread each)")
-    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu, cuda, or auto (CUDA when present)")
+    device: Device = "cpu"
     data: LMDataConfig = LMDataConfig()
     model: DepthModelConfig = DepthModelConfig()
     train: TrainConfig = QUICK_TRAIN
@@ -144,12 +145,7 @@ class DepthConfig(BaseModel):
     @field_validator("rules", "depths")
     @classmethod
     def _listed(cls, v: tuple) -> tuple:
-        if not v:
-            raise ValueError("none given; name at least one")
-        repeated = [x for x in dict.fromkeys(v) if v.count(x) > 1]
-        if repeated:
-            raise ValueError(f"{', '.join(map(str, repeated))} given more than once; each may appear once")
-        return v
+        return grid_axis(v)
 
     @field_validator("depths")
     @classmethod
@@ -157,13 +153,6 @@ class DepthConfig(BaseModel):
         if any(not 1 <= L <= 96 for L in v):
             raise ValueError("every depth must be 1 to 96 blocks")
         return tuple(sorted(v))
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        if v == "cuda" and not torch.cuda.is_available():
-            raise ValueError("no CUDA device is visible on this machine; use auto or cpu")
-        return v
 
     @model_validator(mode="after")
     def _matched(self) -> "DepthConfig":
@@ -289,7 +278,7 @@ def run_cell(cfg: DepthConfig, rule: str, depth: int, seed: int, should_stop=lam
     if streams is None:
         streams = lm_streams(cfg)
     vocab = _vocab(cfg)
-    device = torch.device("cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
+    device = cell_device(cfg.device)
     model = DepthLM(model_config(cfg, rule, depth, vocab), seed=seed).to(device)
     lr = cfg.lr(rule, depth)
     trajectory: list[dict] = []
@@ -530,13 +519,10 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = Experiment(
-    kind=KIND,
+EXPERIMENT = study_experiment(
+    __name__,
     config_cls=DepthConfig,
-    presets=PRESETS,
-    run=run,
     description="Dilution in depth: language models whose residual stream sums, weighs or selects its blocks, "
                 "at several depths.",
     one_click=False,  # about 10 minutes a seed on 2 cores: launched from its page
-    headline=headline,
 )

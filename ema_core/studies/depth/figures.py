@@ -23,7 +23,8 @@ from ema_core.dilution import rate_label
 from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH,
                               WIDTH, chart_title, color_scale, facet_grid, legend, reference_rule, value_format,
                               with_layout)
-from ema_core.studies.dilution.figures import HORIZON_DASHES, HORIZON_KINDS, SIR_CLIP_DB, WEIGHT_FLOOR, feature_color
+from ema_core.studies.dilution.figures import (HORIZON_DASHES, HORIZON_KINDS, SIR_CLIP_DB, WEIGHT_FLOOR, feature_color,
+                                               horizon_rows)
 from ema_core.lm.rates import AUTO
 
 # -- the explorer --------------------------------------------------------------------------------------
@@ -96,6 +97,17 @@ def _line(df: pd.DataFrame, x: alt.X, y: alt.Y, color: alt.Color, title: alt.Tit
     return chart if title is None else chart.properties(title=title)
 
 
+def _depth_and_time(d: pd.DataFrame, t: pd.DataFrame, layers: int, y: alt.Y, value: alt.Tooltip,
+                    depth_title: alt.Title, time_title: alt.Title) -> tuple[alt.Chart, alt.Chart]:
+    """(depth, time): ``d`` by distance, one line per rule, beside ``t`` by lag, one line per trace, on the
+    same axes (0..``layers`` and ``y``); each point's tooltip names its line, its x and ``value``."""
+    depth = _line(d, _x("distance", EXPLORER_DISTANCE_TITLE, layers), y, _color("series", d["series"], "rule"),
+                  depth_title, [alt.Tooltip("series:N", title="rule"), alt.Tooltip("distance:Q"), value])
+    time = _line(t, _x("lag", EXPLORER_LAG_TITLE, layers), y, _color("series", t["series"], "trace"),
+                 time_title, [alt.Tooltip("series:N", title="trace"), alt.Tooltip("lag:Q"), value])
+    return with_layout(depth), with_layout(time)
+
+
 def explorer_weight_charts(depth_df: pd.DataFrame, time_df: pd.DataFrame, layers: int) -> tuple[alt.Chart, alt.Chart]:
     """(depth, time): the weight a_j of layer j's write in the stream read for it, by distance, one line per
     rule; beside it the trace's α(1−α)^k by lag.  Log y, the same decades on both.
@@ -107,16 +119,12 @@ def explorer_weight_charts(depth_df: pd.DataFrame, time_df: pd.DataFrame, layers
     domain, ticks = _decades([*d["weight"], *t["weight"]])
     y = alt.Y("weight:Q", scale=alt.Scale(type="log", domain=domain), axis=alt.Axis(values=ticks, format=".0e"),
               title="weight (log scale)")
-    depth = _line(d, _x("distance", EXPLORER_DISTANCE_TITLE, layers), y, _color("series", d["series"], "rule"),
-                  chart_title("Weight of layer j's write in the stream",
-                              f"a_j = c_j·g_j / Σ c_i·g_i, read from the top (below {WEIGHT_FLOOR:g} not drawn)"),
-                  [alt.Tooltip("series:N", title="rule"), alt.Tooltip("distance:Q"),
-                   alt.Tooltip("weight:Q", format=".3e")])
-    time = _line(t, _x("lag", EXPLORER_LAG_TITLE, layers), y, _color("series", t["series"], "trace"),
-                 chart_title("Time axis: weight at lag k",
-                             "α(1−α)^k of the token at lag k in the EMA trace, α = 1 − γ"),
-                 [alt.Tooltip("series:N", title="trace"), alt.Tooltip("lag:Q"), alt.Tooltip("weight:Q", format=".3e")])
-    return with_layout(depth), with_layout(time)
+    return _depth_and_time(d, t, layers, y, alt.Tooltip("weight:Q", format=".3e"),
+                           chart_title("Weight of layer j's write in the stream",
+                                       f"a_j = c_j·g_j / Σ c_i·g_i, read from the top (below {WEIGHT_FLOOR:g} "
+                                       "not drawn)"),
+                           chart_title("Time axis: weight at lag k",
+                                       "α(1−α)^k of the token at lag k in the EMA trace, α = 1 − γ"))
 
 
 def _sir_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -135,16 +143,11 @@ def explorer_sir_charts(depth_df: pd.DataFrame, time_df: pd.DataFrame, layers: i
     the trace's at lag k.  dB, clipped to ±SIR_CLIP_DB on both."""
     d = _sir_frame(_labelled(depth_df[["rule", "distance", "sir", "sir_db"]]))
     t = _sir_frame(_time_series(time_df[["rate", "lag", "sir", "sir_db"]], "rate"))
-    depth = _line(d, _x("distance", EXPLORER_DISTANCE_TITLE, layers), _SIR_Y, _color("series", d["series"], "rule"),
-                  chart_title("Signal-to-interference of layer j's write",
-                              "a_j² against the rest of the stream's energy Σ a_i² − a_j²"),
-                  [alt.Tooltip("series:N", title="rule"), alt.Tooltip("distance:Q"),
-                   alt.Tooltip("sir_text:N", title="SIR")])
-    time = _line(t, _x("lag", EXPLORER_LAG_TITLE, layers), _SIR_Y, _color("series", t["series"], "trace"),
-                 chart_title("Time axis: SIR at lag k",
-                             "w_k² against the rest of the trace's energy α/(2−α)"),
-                 [alt.Tooltip("series:N", title="trace"), alt.Tooltip("lag:Q"), alt.Tooltip("sir_text:N", title="SIR")])
-    return with_layout(depth), with_layout(time)
+    return _depth_and_time(d, t, layers, _SIR_Y, alt.Tooltip("sir_text:N", title="SIR"),
+                           chart_title("Signal-to-interference of layer j's write",
+                                       "a_j² against the rest of the stream's energy Σ a_i² − a_j²"),
+                           chart_title("Time axis: SIR at lag k",
+                                       "w_k² against the rest of the trace's energy α/(2−α)"))
 
 
 def explorer_depth_sweep_chart(sweep_df: pd.DataFrame, layers: int, alpha: float) -> alt.LayerChart:
@@ -178,16 +181,7 @@ def explorer_horizon_frame(limits: pd.DataFrame, layers: int) -> pd.DataFrame:
     """The depth horizons to draw: for each rule whose analytic d* lies on the distance axis, d* and the
     measured horizon beside it (the latter where it too is on the axis).  Long format: series, distance,
     kind, text (the time axis's horizon_frame, of layers).  A pair another rule already has is drawn once."""
-    rows, drawn = [], set()
-    for r in limits.itertuples():
-        if not 0.0 <= r.analytic_horizon <= layers or (r.analytic_horizon, r.measured_horizon) in drawn:
-            continue
-        drawn.add((r.analytic_horizon, r.measured_horizon))
-        text = f"d* ≈ {r.analytic_horizon:.1f}; measured {r.measured_horizon}"
-        label = RULE_LABELS[r.rule]
-        rows.append((label, float(r.analytic_horizon), EXPLORER_HORIZON_KINDS[0], text))
-        if r.measured_horizon <= layers:
-            rows.append((label, float(r.measured_horizon), EXPLORER_HORIZON_KINDS[1], text))
+    rows = horizon_rows(limits, layers, "d*", EXPLORER_HORIZON_KINDS, lambda r: RULE_LABELS[r.rule])
     return pd.DataFrame(rows, columns=["series", "distance", "kind", "text"])
 
 

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import PAPER_ALPHAS, check_rates, seed_field
 from ema_core.dilution_config import Decoder, StreamConfig, check_decoder_window
-from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
+from ema_core.protocol import Cancelled, Reporter, StoredConfig, check_checkpoint, moved_into_groups, study_experiment
 from ema_core.studies.dilution import KIND
 
 GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
@@ -341,14 +341,11 @@ def headline(summary: dict) -> str:
     return ""
 
 
-EXPERIMENT = Experiment(
-    kind=KIND,
+EXPERIMENT = study_experiment(
+    __name__,
     config_cls=DilutionSweepConfig,
-    presets=PRESETS,
-    run=run,
     description="Identity decoding from EMA traces over a grid of rates and lags (decoders trained by Adam).",
     # Runs made before configs were nested: the stream's and the training's settings were flat.
-    older_paths={**{name: f"stream.{name}" for name in "vocab dim max_lag window n_train n_test".split()},
-                 **{name: f"train.{name}" for name in "steps batch lr log_every checkpoint_every".split()}},
-    headline=headline,
+    older_paths=moved_into_groups(stream="vocab dim max_lag window n_train n_test",
+                                  train="steps batch lr log_every checkpoint_every"),
 )

@@ -7,7 +7,7 @@ medium and the slow trace", and keep their colour while their α moves."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import altair as alt
 import pandas as pd
@@ -150,17 +150,27 @@ def horizon_frame(limits: pd.DataFrame, max_lag: int) -> pd.DataFrame:
     measured horizon beside it (the latter where it too is on the axis).  Long format: feature, lag,
     kind, text.  A k* past the axis is not drawn (the page's text gives it): nothing of it would show.
     A pair of horizons another set already has is drawn once, in the first set's colour."""
+    # All rates often reads its fastest trace's horizons exactly: drawn once, in the rate's colour.
+    rows = horizon_rows(limits, max_lag, "k*", HORIZON_KINDS, lambda r: r.feature)
+    return pd.DataFrame(rows, columns=["feature", "lag", "kind", "text"])
+
+
+def horizon_rows(limits: pd.DataFrame, axis_end: float, symbol: str, kinds: Sequence[str],
+                 series: Callable[[Any], str]) -> list[tuple[str, float, str, str]]:
+    """(series, position, kind, text) of each line's horizons that lie on an axis 0..``axis_end``: its
+    analytic ``symbol`` (``kinds[0]``) where that is on the axis, and beside it its measured horizon
+    (``kinds[1]``) where that is too.  ``series(row)`` names a row of ``limits`` (analytic_horizon,
+    measured_horizon, ...); a pair of horizons an earlier row already has is drawn once, in its colour."""
     rows, drawn = [], set()
     for r in limits.itertuples():
-        # All rates often reads its fastest trace's horizons exactly: drawn once, in the rate's colour.
-        if not 0.0 <= r.analytic_horizon <= max_lag or (r.analytic_horizon, r.measured_horizon) in drawn:
+        if not 0.0 <= r.analytic_horizon <= axis_end or (r.analytic_horizon, r.measured_horizon) in drawn:
             continue
         drawn.add((r.analytic_horizon, r.measured_horizon))
-        text = f"k* ≈ {r.analytic_horizon:.1f}; measured {r.measured_horizon}"
-        rows.append((r.feature, float(r.analytic_horizon), HORIZON_KINDS[0], text))
-        if r.measured_horizon <= max_lag:
-            rows.append((r.feature, float(r.measured_horizon), HORIZON_KINDS[1], text))
-    return pd.DataFrame(rows, columns=["feature", "lag", "kind", "text"])
+        text = f"{symbol} ≈ {r.analytic_horizon:.1f}; measured {r.measured_horizon}"
+        rows.append((series(r), float(r.analytic_horizon), kinds[0], text))
+        if r.measured_horizon <= axis_end:
+            rows.append((series(r), float(r.measured_horizon), kinds[1], text))
+    return rows
 
 
 def identity_chart(acc_df: pd.DataFrame, chance: float, decoder: str | None = None,

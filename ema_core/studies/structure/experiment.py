@@ -41,7 +41,7 @@ from ema_core.grammar import (CATEGORIES, N_WORDS, ROLES, STRUCTURES, GrammarCon
                               previous_category, sample_sentences, stream, vocabulary)
 from ema_core.probes import (PROBE_KINDS, accuracy_by_label, apply_control, context_keys, control_labels,
                              fit_probe, window_features)
-from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint
+from ema_core.protocol import Cancelled, Reporter, StoredConfig, check_checkpoint, moved_into_groups, study_experiment
 from ema_core.spcn import FEATURE_SETS, SPCN, SPCNConfig, SPCNState
 # The study's names (with the verdict rule and the findings) live in a module without torch, which
 # the store reads on every page load.
@@ -455,18 +455,15 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = Experiment(
-    kind=KIND,
+EXPERIMENT = study_experiment(
+    __name__,
     config_cls=StructureConfig,
-    presets=PRESETS,
-    run=run,
     description="Grammatical roles: SPCN traces (Hebbian, zero labels) probed per role against a supervised BiGRU.",
     # Runs made before configs were nested: the grammar's, SPCN's and the BiGRU's settings were flat.
-    older_paths={**{name: f"grammar.{name}" for name in "deep_depth held_out_fraction".split()},
-                 **{name: f"spcn.{name}" for name in "code_dim units k rates reset_at_sentence context_gain passes "
-                                                    "precision_rate precision_clip".split()},
+    older_paths={**moved_into_groups(grammar="deep_depth held_out_fraction",
+                                     spcn="code_dim units k rates reset_at_sentence context_gain passes "
+                                          "precision_rate precision_clip"),
                  "hebbian_lr": "spcn.lr", "hebbian_batch": "spcn.batch",
                  **{f"bigru_{name}": f"bigru.{name}"
                     for name in "embed hidden max_epochs patience unk_dropout".split()}},
-    headline=headline,
 )

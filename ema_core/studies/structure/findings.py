@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 from ema_core.grammar import ROLES
 from ema_core.scoreboard import Score, delta_text, outcome, plain
 from ema_core.verdicts import (RULE_AS_TEST, VERDICT_K, VERDICT_MIN_SEEDS, VERDICT_WORDS, Spread, judge, not_judged,
-                               paired, spread)
+                               paired, spread, verdict_word)
 
 SPLITS_SCORED = ("test", "novel", "deep")
 # The splits settings are chosen on: dev (cut from the training sentences) and novel_dev (the
@@ -89,7 +89,7 @@ class StructureClaimVerdict:
 
     @property
     def word(self) -> str:
-        return not_judged(self.delta.n) if self.verdict == "not_judged" else VERDICT_WORDS[self.verdict]
+        return verdict_word(self.verdict, self.delta.n, VERDICT_WORDS)
 
     @property
     def sentence(self) -> str:
