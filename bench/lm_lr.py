@@ -74,7 +74,7 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
     # The base config (its data and budget); a shortened run keeps a warm-up that fits it.
     short = {"train.steps": steps, "train.warmup": 0} if steps else {}
     # At a swept rate: a size whose "auto" has no chosen rate yet is what a sweep is for.
-    base = build_config("lm", preset=preset, overrides={**(overrides or {}), **short, "train.lr": lrs[0]})
+    base = build_config("content", preset=preset, overrides={**(overrides or {}), **short, "train.lr": lrs[0]})
     data = prepare(base.data)
     tok = data.tokenizer
     train, dev = dev_split(np.array(data.streams.train), dev_tokens, base.train.seq_len)
@@ -89,7 +89,7 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
     for model_name in models:
         for lr in lrs:
             for warmup in warmups:
-                cfg = build_config("lm", preset=preset, overrides={
+                cfg = build_config("content", preset=preset, overrides={
                     **(overrides or {}), **({"train.steps": steps} if steps else {}), "model": model_name,
                     "train.lr": lr, "train.warmup": min(warmup, steps or base.train.steps),
                     # one dev evaluation at the end, over the whole slice; nothing periodic to pay for
@@ -118,7 +118,7 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
         "seq_len": base.train.seq_len, "size": base.size, "corpus": base.data.corpus,
         # per model: a preset may give each model its own rate (train.lr=auto, resolved as a run resolves it)
         "preset_lr": {m: _preset_lr(preset, m, overrides) for m in models},
-        "preset_warmup": build_config("lm", preset=preset,
+        "preset_warmup": build_config("content", preset=preset,
                                       overrides={**(overrides or {}), "train.lr": lrs[0]}).train.warmup,
         "train_tokens": int(train.size), "dev_tokens": int(dev.size), "held_out_read": False,
         "overrides": overrides or {}, "rows": rows, "choice": choice, "device": str(device),
@@ -130,7 +130,7 @@ def _preset_lr(preset: str, model: str, overrides: dict | None) -> float | None:
     """The rate the preset trains ``model`` at, or None where it says "auto" and no rate is chosen for its size
     (the ValueError of ema_core.lm.rates): the sweep is then what chooses it."""
     try:
-        return build_config("lm", preset=preset, overrides={**(overrides or {}), "model": model}).lr
+        return build_config("content", preset=preset, overrides={**(overrides or {}), "model": model}).lr
     except ValueError:
         return None
 

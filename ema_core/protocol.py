@@ -96,11 +96,14 @@ class Experiment:
     # ``older_behaviour``: a setting added since whose default is not what older runs did, by the
     # value they ran with: a stored config that lacks it resumes with that value.
     older_behaviour: Mapping[str, Any] = field(default_factory=dict)
+    # Names this kind had before a rename, which stored run folders and commands may still carry
+    # (``rundir.current_kind`` reads them as today's; the store's migration 9 renamed its rows).
+    older_kinds: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Declared here, read by every reader of a run folder (ingest, runner, worker, a resuming
         # checkpoint's StoredConfig) without importing this kind's experiment.
-        declare_older_shapes(self.kind, dict(self.older_paths), dict(self.older_behaviour))
+        declare_older_shapes(self.kind, dict(self.older_paths), dict(self.older_behaviour), tuple(self.older_kinds))
 
 
 def study_experiment(module: str, **fields: Any) -> Experiment:

@@ -78,9 +78,21 @@ class DamagedRunError(ValueError):
 OLDER_SHAPES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {}
 
 
-def declare_older_shapes(kind: str, older_paths: dict[str, str], older_behaviour: dict[str, Any]) -> None:
-    """Register ``kind``'s older config shapes (called by ``Experiment`` as it is declared)."""
+# A kind renamed since (the content study's runs were kind "lm"): {the older name: today's}, declared by
+# the Experiment that carries today's name, so that a run folder of either name is read as today's.
+OLDER_KINDS: dict[str, str] = {}
+
+
+def declare_older_shapes(kind: str, older_paths: dict[str, str], older_behaviour: dict[str, Any],
+                         older_kinds: tuple[str, ...] = ()) -> None:
+    """Register ``kind``'s older config shapes and names (called by ``Experiment`` as it is declared)."""
     OLDER_SHAPES[kind] = (dict(older_paths), dict(older_behaviour))
+    OLDER_KINDS.update({older: kind for older in older_kinds})
+
+
+def current_kind(kind: str) -> str:
+    """Today's name of a kind a run folder or a command names (an older name read as today's)."""
+    return OLDER_KINDS.get(kind, kind)
 
 
 def current_config(kind: str, config: dict) -> dict:
@@ -195,6 +207,12 @@ def run_id_for(kind: str, config: dict, seed: int) -> str:
     return f"{kind}-{digest[:12]}-s{seed}"
 
 
+def run_ids_for(kind: str, config: dict, seed: int) -> list[str]:
+    """The ids a run of these settings may have: today's, then those it had under an older name of the
+    kind (a run made before the rename is the same run, recognised rather than repeated)."""
+    return [run_id_for(name, config, seed) for name in (kind, *(o for o, k in OLDER_KINDS.items() if k == kind))]
+
+
 def code_version() -> str:
     """The checkout's commit (with +dirty when changed), or the package version outside git."""
     root = Path(__file__).resolve().parents[1]
@@ -285,6 +303,13 @@ class RunDir:
         return self.config_path.exists()
 
     # -- config and status -------------------------------------------------------------------
+    @classmethod
+    def for_settings(cls, kind: str, config: dict, seed: int, home: Path | None = None) -> "RunDir":
+        """The folder of a run of these settings: one made under an older name of the kind where it
+        exists (:func:`run_ids_for`), else today's."""
+        folders = [cls.for_id(run_id, home) for run_id in run_ids_for(kind, config, seed)]
+        return next((rd for rd in folders[1:] if rd.exists()), folders[0])
+
     def create(self, kind: str, config: dict, seed: int, preset: str | None = None) -> dict:
         """Write config.json and a queued status; an existing identical run is left as it is.
 
@@ -310,7 +335,8 @@ class RunDir:
         """config.json, its config in today's shape (:func:`current_config`); ``DamagedRunError`` when
         it is not the object :meth:`create` writes."""
         record = read_json_object(self.config_path, {"kind": str, "seed": int, "config": dict})
-        return {**record, "config": current_config(record["kind"], record["config"])}
+        kind = current_kind(record["kind"])
+        return {**record, "kind": kind, "config": current_config(kind, record["config"])}
 
     def read_status(self) -> dict:
         # Rewritten on every update: a damaged one is as good as none, and the next update replaces it.

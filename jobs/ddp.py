@@ -22,7 +22,7 @@ import torch.distributed as dist
 from ema_core.experiments import build_config, get_experiment
 from ema_core.lm.train import init_distributed
 from ema_core.protocol import NullReporter
-from ema_core.rundir import RESUMABLE_STATES, RunDir, now_iso, run_id_for
+from ema_core.rundir import RESUMABLE_STATES, RunDir, current_kind, now_iso
 from jobs.cli import jsonable, parse_sets
 from jobs.worker import run_job
 from store import StoreError, ingest
@@ -43,12 +43,13 @@ def main(argv=None) -> int:
         return 2
     rank, world, _ = init_distributed()  # the group first: rank 0's decision below reaches every rank
     config_json = cfg.model_dump(mode="json")
-    run_id = run_id_for(args.kind, config_json, int(config_json["seed"]))
-    rd = RunDir.for_id(run_id)
+    kind = current_kind(args.kind)
+    rd = RunDir.for_settings(kind, config_json, int(config_json["seed"]))
+    run_id = rd.run_id
     decision = [None]
     if rank == 0:
         fresh = not rd.exists()
-        rd.create(args.kind, config_json, int(config_json["seed"]), preset=args.preset)
+        rd.create(kind, config_json, int(config_json["seed"]), preset=args.preset)
         state = "queued" if fresh else rd.read_status().get("state")
         if fresh or state in RESUMABLE_STATES:
             rd.write_status(state="queued", queued_at=now_iso(), preset=args.preset, world_size=world)

@@ -35,11 +35,11 @@ from ema_core.rundir import (
     DamagedRunError,
     RunDir,
     atomic_write,
+    current_kind,
     emalab_home,
     iter_run_dirs,
     now_iso,
     pid_alive,
-    run_id_for,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,8 +192,9 @@ def existing_run(kind: str, config: BaseModel | dict | None = None, seed: int | 
     Run ids are derived from the config and seed, so a launch can tell beforehand that it would
     run nothing new: a done run is reused as it is (see :meth:`Runner.submit`).
     """
+    kind = current_kind(kind)
     cfg = validated_config(kind, config, seed, preset).model_dump(mode="json")
-    rd = RunDir.for_id(run_id_for(kind, cfg, int(cfg["seed"])), home)
+    rd = RunDir.for_settings(kind, cfg, int(cfg["seed"]), home)
     return rd.run_id, (rd.read_status().get("state", "queued") if rd.exists() else None)
 
 
@@ -208,13 +209,13 @@ def next_free_seed(runs: Iterable[tuple[str, BaseModel | dict]], home: Path | No
     """The smallest seed above every seed of ``runs`` (kind, config) whose run would share no seed with
     a run of theirs: none at that seed yet, and, for a run covering n seeds, none within n − 1 of it
     (a 3-seed run at 0 covers 0–2, so the next is 3, and one at 4 would overlap a run at 3 to 5)."""
-    configs = [(kind, validated_config(kind, config).model_dump(mode="json")) for kind, config in runs]
+    configs = [(current_kind(kind), validated_config(kind, config).model_dump(mode="json")) for kind, config in runs]
     if not configs:
         raise ValueError("next_free_seed needs at least one (kind, config)")
     seed = max(int(cfg["seed"]) + seed_span(cfg) for _, cfg in configs)
 
     def taken(s: int) -> bool:
-        return any(RunDir.for_id(run_id_for(kind, {**cfg, "seed": t}, t), home).exists()
+        return any(RunDir.for_settings(kind, {**cfg, "seed": t}, t, home).exists()
                    for kind, cfg in configs for t in range(max(s - seed_span(cfg) + 1, 0), s + seed_span(cfg)))
 
     while taken(seed):
@@ -325,11 +326,12 @@ class Runner:
         The id is derived from (kind, config, seed): the same job submitted twice is the same run.
         A finished or running one is left alone; a failed, cancelled or crashed one is resumed.
         """
+        kind = current_kind(kind)
         cfg = validated_config(kind, config, seed, preset)
         config_json = cfg.model_dump(mode="json")
         seed = int(config_json["seed"])
-        run_id = run_id_for(kind, config_json, seed)
-        rd = self._rd(run_id)
+        rd = RunDir.for_settings(kind, config_json, seed, self.home)
+        run_id = rd.run_id
         fresh = not rd.exists()
         rd.create(kind, config_json, seed, preset=preset)
         if fresh:

@@ -144,7 +144,7 @@ def result_link(kind: str, run_ids: Collection[str] = (), label: str | None = No
 
 
 # -- page state in the URL ----------------------------------------------------------------------------
-# A widget whose key names a parameter of the page's URL (?structure_runs=id1,id2, ?kinds=lm) starts
+# A widget whose key names a parameter of the page's URL (?structure_runs=id1,id2, ?kinds=content) starts
 # from it, and its value is written back after every run: a reload, or a link someone shares, shows
 # what was picked.  Only values the page still offers are taken (a run that left the store is
 # dropped); a widget that already has a value for this visitor keeps it.  Lists are joined by commas,

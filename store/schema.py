@@ -269,8 +269,16 @@ M008_DEPTH_CONTROLS = Migration(8, "m008_depth_controls", (
     )""",
 ))
 
+# The content study's language-model runs were kind "lm" before the study had a folder of its own:
+# their rows take its name (their run folders keep theirs; ingest reads them as today's,
+# ``rundir.current_kind``), so every query and export says one name.
+M009_CONTENT_KIND = Migration(9, "m009_content_kind", (
+    "UPDATE runs SET kind = 'content' WHERE kind = 'lm'",
+))
+
 MIGRATIONS: tuple[Migration, ...] = (M001_INITIAL, M002_BOUNDARY, M003_BOUNDARY_CURVES, M004_LM_TOKEN_CLASSES,
-                                     M005_RUN_NOTES, M006_DEPTH, M007_BOUNDARY_REDUNDANCY, M008_DEPTH_CONTROLS)
+                                     M005_RUN_NOTES, M006_DEPTH, M007_BOUNDARY_REDUNDANCY, M008_DEPTH_CONTROLS,
+                                     M009_CONTENT_KIND)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 

@@ -1,6 +1,6 @@
 """Finished runs of the language-model experiment for page tests, as a finished job leaves them.
 
-``make_lm_runs(home, specs, seeds)`` runs the real experiment (``REGISTRY["lm"]``, in-process) at
+``make_lm_runs(home, specs, seeds)`` runs the real experiment (``REGISTRY["content"]``, in-process) at
 ``TINY`` settings for every (spec, seed), writes one run folder each (config.json, events, status
 "done", result.json) and ingests them with ``store.ingest``.  Each (spec, seed, overrides) trains once
 per test run (tests/runcache.py: about a second on two cores, the first also training the 512-token

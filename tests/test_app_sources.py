@@ -42,7 +42,7 @@ def submitted(monkeypatch):
 def _jobs_page() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     at.switch_page("pages/jobs.py").run()
-    at.selectbox(key="launch_kind").set_value("lm").run()
+    at.selectbox(key="launch_kind").set_value("content").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -110,4 +110,4 @@ def test_only_the_data_folders_and_the_hub_are_read_and_refusals_are_alike(home,
     for n, (overrides, (field, value)) in enumerate(accepted.items(), start=1):
         assert _launch(at, overrides) == [], overrides
         assert len(submitted) == n and getattr(submitted[-1][1].data, field) == value, overrides
-        assert any("lm-accepted" in s.value for s in at.success), overrides
+        assert any("content-accepted" in s.value for s in at.success), overrides

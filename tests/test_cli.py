@@ -264,9 +264,9 @@ def test_a_damaged_row_is_listed_plainly():
 def test_run_help_lists_every_kinds_presets():
     from ema_core.experiments import REGISTRY
 
-    rc, out, err = run_main("run", "lm", "--help")
+    rc, out, err = run_main("run", "content", "--help")
     flat = " ".join(out.split())
-    assert rc == 0 and "lm: quick, tiny, long, fresh, fresh_micro, small, paper" in flat
+    assert rc == 0 and "content: quick, tiny, long, fresh, fresh_micro, small, paper" in flat
     for kind, exp in REGISTRY.items():
         assert f"{kind}: {', '.join(exp.presets)}" in flat
 

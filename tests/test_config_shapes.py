@@ -45,7 +45,7 @@ def home(tmp_path, monkeypatch):
     ("dilution", {"steps": 7, "vocab": 20}),
     ("structure", {"hebbian_lr": 0.2, "bigru_hidden": 16, "units": 64, "k": 4, "deep_depth": 4}),
     # older lm runs read a .txt corpus whole: they are read back with doc_sep "none" (see below)
-    ("lm", {"model": "gpt", "steps": 20, "warmup": 2, "corpus": "austen", "vocab_size": 512, "doc_sep": "none"}),
+    ("content", {"model": "gpt", "steps": 20, "warmup": 2, "corpus": "austen", "vocab_size": 512, "doc_sep": "none"}),
 ])
 def test_an_older_flat_config_reads_as_the_same_config(kind, overrides):
     cfg = build_config(kind, overrides=overrides)
@@ -62,18 +62,18 @@ def test_an_older_flat_config_reads_as_the_same_config(kind, overrides):
 
 def test_a_setting_added_since_reads_as_what_the_older_run_did():
     # data.doc_sep came after runs that read a .txt corpus as one document: such a run resumes so
-    older = current_config("lm", {"model": "spen", "data": {"corpus": "notes.txt"}, "train": {"steps": 5}})
+    older = current_config("content", {"model": "spen", "data": {"corpus": "notes.txt"}, "train": {"steps": 5}})
     assert older["data"] == {"corpus": "notes.txt", "doc_sep": "none"}
-    flat = current_config("lm", {"model": "spen", "corpus": "notes.txt", "steps": 5})
+    flat = current_config("content", {"model": "spen", "corpus": "notes.txt", "steps": 5})
     assert flat["data"]["doc_sep"] == "none" and flat["train"] == {"steps": 5}
     today = {"model": "spen", "data": {"corpus": "notes.txt", "doc_sep": "blank"}}
-    assert current_config("lm", today) is today
+    assert current_config("content", today) is today
     assert current_config("dilution", {"alphas": [0.5]}) == {"alphas": [0.5]}
 
 
 def test_a_config_of_today_passes_as_it_is():
-    cfg = build_config("lm", preset="quick").model_dump(mode="json")
-    assert current_config("lm", cfg) is cfg
+    cfg = build_config("content", preset="quick").model_dump(mode="json")
+    assert current_config("content", cfg) is cfg
     assert current_config("some-later-kind", {"steps": 3}) == {"steps": 3}
 
 
@@ -81,7 +81,7 @@ def test_each_kind_declares_its_older_shapes_in_its_experiment():
     # What the readers of run folders use is what each experiment declared, and nothing else.
     assert {kind: (dict(e.older_paths), dict(e.older_behaviour)) for kind, e in REGISTRY.items()} == OLDER_SHAPES
     assert REGISTRY["structure"].older_paths["hebbian_lr"] == "spcn.lr"
-    assert REGISTRY["lm"].older_behaviour == {"data.doc_sep": "none"}
+    assert REGISTRY["content"].older_behaviour == {"data.doc_sep": "none"}
     assert not REGISTRY["boundary"].older_paths  # made after configs were nested
 
 

@@ -180,7 +180,7 @@ def test_too_few_points_give_no_fit():
 def test_the_long_preset_holds_sixteen_evaluations_on_its_plateau_and_the_rate_agrees():
     from ema_core.lm.train import TrainConfig, lr_at
 
-    train = build_config("lm", preset="long").train
+    train = build_config("content", preset="long").train
     peak = peak_steps(train.schedule, train.steps, train.warmup, train.decay_frac)
     on = [s for s in range(train.eval_every, train.steps + 1, train.eval_every) if s - 1 in peak]
     assert train.schedule == "wsd" and len(on) == 16 and (on[0], on[-1]) == (250, 4000)
@@ -318,7 +318,7 @@ def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_00
         for model, s, steps in ((m, s, n) for n in lengths for m in ("gpt", "spen") for s in seeds):  # a run each
             rows = _rows(seeds=seeds, noise=noise, schedule=schedule, budget={**LONG, "steps": steps},
                          off_plateau=0.2)
-            cfg = build_config("lm", preset=preset, seed=s, overrides={
+            cfg = build_config("content", preset=preset, seed=s, overrides={
                 "model": model, "predictor": "linear", "attn_input": "state", "train.schedule": schedule,
                 "train.steps": steps, **(overrides or {})})
             mine = [r for r in rows if r["seed"] == s and r["model"] == model]
@@ -333,8 +333,8 @@ def _store(home, schedule="wsd", seeds=(0, 1, 2), noise=0.01, train_tokens=20_00
             tables = {"lm_eval": [{"split": "val", "loss": final, "ppl": math.exp(final), "bpb": final / 1.6}],
                       "lm_token_classes": [{k: r[k] for k in ("evaluation", "step", "partition", "class", "tokens",
                                                                "loss")} for r in mine]}
-            rd = RunDir.for_id(run_id_for("lm", cfg.model_dump(mode="json"), s), home)
-            rd.create("lm", cfg.model_dump(mode="json"), s)
+            rd = RunDir.for_id(run_id_for("content", cfg.model_dump(mode="json"), s), home)
+            rd.create("content", cfg.model_dump(mode="json"), s)
             rd.write_status(state="running", started="2026-01-01T00:00:00+00:00", progress=0.0, pid=os.getpid())
             rd.append_events([{"seq": i, "step": step, "metrics": {"val/loss": v}}
                               for i, ((ev, step), v) in enumerate(sorted(loss.items())) if ev == "periodic"])

@@ -131,13 +131,13 @@ def test_launch_submits_one_run_per_variant_and_seed(empty_home, registered):
     at.number_input(key="content_first_seed").set_value(5)
     next(b for b in at.button if b.label == "Launch").click()
     ok(at.run())
-    expected = [("lm", build_config("lm", preset="tiny", seed=s, overrides=variant).model_dump(), "tiny")
+    expected = [("content", build_config("content", preset="tiny", seed=s, overrides=variant).model_dump(), "tiny")
                 for variant in (dict(model="gpt", predictor="linear", attn_input="state"),
                                 dict(model="spen", predictor="linear_attention", attn_input="sequence"))
                 for s in (5, 6)]
     assert registered == expected
     assert expected[2][1]["model"] == "spen" and expected[2][1]["train"]["steps"] == 1200  # the tiny preset's budget
-    assert any("lm-x-s5, lm-x-s6, lm-x-s5, lm-x-s6" in s.value for s in at.success)
+    assert any("content-x-s5, content-x-s6, content-x-s5, content-x-s6" in s.value for s in at.success)
 
 
 def test_launch_with_no_variant_warns(empty_home, registered):
@@ -662,8 +662,8 @@ def test_a_run_with_an_unexpected_config_does_not_break_the_page(tmp_path, monke
 
     home = tmp_path / "home"
     monkeypatch.setenv("EMALAB_HOME", str(home))
-    rd = RunDir.for_id(run_id_for("lm", {"d": 32, "seed": 0}, 0), home)
-    rd.create("lm", {"d": 32, "seed": 0}, 0)
+    rd = RunDir.for_id(run_id_for("content", {"d": 32, "seed": 0}, 0), home)
+    rd.create("content", {"d": 32, "seed": 0}, 0)
     rd.append_events([{"seq": 0, "step": 10, "metrics": {"val/loss": 3.0}}])
     rd.write_result({"summary": {}, "tables": {"lm_eval": [{"split": "val", "loss": 3.0, "ppl": 20.0, "bpb": 1.0}]}})
     rd.write_status(state="done")
@@ -682,7 +682,7 @@ def test_comparable_settings_ignore_logging_and_read_older_configs_without_doc_s
 
     home = tmp_path / "home"
     monkeypatch.setenv("EMALAB_HOME", str(home))
-    today = build_config("lm", preset="quick").model_dump(mode="json")
+    today = build_config("content", preset="quick").model_dump(mode="json")
 
     def run(seed, corpus="austen", drop_doc_sep=False, **changes):
         cfg = json.loads(json.dumps(today))
@@ -692,8 +692,8 @@ def test_comparable_settings_ignore_logging_and_read_older_configs_without_doc_s
             cfg[group][key] = value
         if drop_doc_sep:
             del cfg["data"]["doc_sep"]
-        rd = RunDir.for_id(run_id_for("lm", cfg, seed), home)
-        rd.create("lm", cfg, seed)
+        rd = RunDir.for_id(run_id_for("content", cfg, seed), home)
+        rd.create("content", cfg, seed)
         rd.write_status(state="done")
         return rd.run_id
 

@@ -239,7 +239,7 @@ def test_a_version_5_store_gains_the_depth_tables_and_keeps_its_rows(home, monke
     assert ingest()["errors"] == []
     with open_store(readonly=True) as conn:
         applied = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
-        assert conn.execute("SELECT run_id FROM runs WHERE kind = 'lm'").fetchall() == [("r1",)]
+        assert conn.execute("SELECT run_id FROM runs WHERE kind = 'content'").fetchall() == [("r1",)]  # m009 renamed it
     assert applied[5] == (6, "m006_depth") and [v for v, _ in applied] == [m.version for m in schema.MIGRATIONS]
     report = check()
     assert report["ok"] and report["schema_version"] == schema.MIGRATIONS[-1].version

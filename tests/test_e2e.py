@@ -789,7 +789,7 @@ def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, ema
     # "already done" and runs nothing, and the lm_eval table reads as a paper's table.
     SHOTS.mkdir(parents=True, exist_ok=True)
     lm_runs = {}  # a finished run of each model: the quick reproduction's own may still be training
-    for folder in sorted((emalab_home / "runs").glob("lm-*")):
+    for folder in sorted((emalab_home / "runs").glob("content-*")):
         record = json.loads((folder / "config.json").read_text())
         if _status(emalab_home, folder.name).get("state") == "done":
             lm_runs.setdefault(record["config"]["model"], folder.name)

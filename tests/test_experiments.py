@@ -69,7 +69,7 @@ def test_a_setting_is_reached_by_its_path_its_own_name_or_its_older_flat_name():
     whole = build_config("structure", preset="quick", overrides={"spcn": by_path.spcn.model_dump(),
                                                                  "bigru": by_path.bigru, "grammar.deep_depth": 4})
     assert whole == by_path
-    lm = build_config("lm", overrides={"lr": "1e-3", "corpus": "austen", "data.vocab_size": 512})
+    lm = build_config("content", overrides={"lr": "1e-3", "corpus": "austen", "data.vocab_size": 512})
     assert (lm.train.lr, lm.data.corpus, lm.data.vocab_size) == (1e-3, "austen", 512)
 
 
@@ -108,7 +108,7 @@ def test_build_config_errors_are_one_clear_line(kwargs, message):
 
 
 def test_unknown_kind_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: boundary, depth, dilution, lm, lm_eval, structure$"):
+    with pytest.raises(ValueError, match=r"^unknown experiment kind 'nope'; known kinds: boundary, content, depth, dilution, lm_eval, structure$"):
         build_config("nope")
     with pytest.raises(ValueError, match="known kinds"):
         get_experiment("nope")

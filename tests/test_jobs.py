@@ -397,17 +397,17 @@ def test_a_job_row_names_kind_preset_settings_and_the_log_its_phases(home, runne
 def test_an_lm_label_shows_what_tells_it_apart(home):
     from jobs.runner import job_summary
 
-    cfg = build_config("lm", preset="tiny", overrides={"model": "gpt"}, seed=2).model_dump(mode="json")
+    cfg = build_config("content", preset="tiny", overrides={"model": "gpt"}, seed=2).model_dump(mode="json")
     rd = RunDir.for_id("lm-label-s2", home)
-    rd.create("lm", cfg, 2, preset="tiny")  # a queued run folder is enough: nothing runs
+    rd.create("content", cfg, 2, preset="tiny")  # a queued run folder is enough: nothing runs
     row = job_summary(rd)
     # The kind's identity settings are named even where they keep the preset's value (a SPEN run
     # and a GPT run then read differently at a glance), then whatever else differs.
-    assert row["label"] == "lm tiny · model=gpt, predictor=linear, attn_input=state, corpus=austen", row
+    assert row["label"] == "content tiny · model=gpt, predictor=linear, attn_input=state, corpus=austen", row
     assert row["seed"] == 2
-    spen = build_config("lm", preset="tiny", overrides={"steps": 700}, seed=2).model_dump(mode="json")
+    spen = build_config("content", preset="tiny", overrides={"steps": 700}, seed=2).model_dump(mode="json")
     rd = RunDir.for_id("lm-label-spen-s2", home)
-    rd.create("lm", spen, 2, preset="tiny")
+    rd.create("content", spen, 2, preset="tiny")
     assert job_summary(rd)["settings"] == "model=spen, predictor=linear, attn_input=state, corpus=austen, steps=700"
 
 

@@ -64,8 +64,8 @@ def test_the_language_model_headlines_say_the_model_and_its_loss():
     # The keys ema_core.studies.content.experiment and lm_eval write into a summary.
     lm = {"model": "spen", "predictor": "linear", "attn_input": None, "val_loss": 4.12345, "val_bpb": 1.5,
           "size": "tiny"}
-    assert headline("lm", lm) == "spen/linear · val loss 4.123 nats/token · 1.500 bits/byte"
-    assert headline("lm", {"model": "gpt", "predictor": None}) == "gpt"
+    assert headline("content", lm) == "spen/linear · val loss 4.123 nats/token · 1.500 bits/byte"
+    assert headline("content", {"model": "gpt", "predictor": None}) == "gpt"
     ev = {"model": "gpt", "predictor": None, "corpus": "austen", "split": "val", "val_loss": 4.2,
           "source_val_loss": 4.0}
     assert headline("lm_eval", ev) == "gpt on austen/val · loss 4.200 nats/token (own held-out text 4.000)"

@@ -19,7 +19,7 @@ def _torchrun(home: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "EMALAB_HOME": str(home), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "jobs.ddp",
-         "lm", "--preset", "quick", *sets, *extra, "--json"],
+         "content", "--preset", "quick", *sets, *extra, "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
 
@@ -44,7 +44,7 @@ def test_two_gloo_processes_train_one_job(tmp_path):
 
 
 def test_bad_settings_fail_before_any_process_group(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "jobs.ddp", "lm", "--set", "model=mamba"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "jobs.ddp", "content", "--set", "model=mamba"], cwd=ROOT,
                           env={**os.environ, "EMALAB_HOME": str(tmp_path)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "model: must be one of" in proc.stderr

@@ -59,7 +59,7 @@ def lab(tmp_path_factory):
     other.write_text(_text(1, 60), encoding="utf-8")
     threads = torch.get_num_threads()
     with _home_env(home):
-        runs = {model: run_in_process(home, "lm", {**TINY, "model": model, "corpus": str(corpus)}, preset="quick")
+        runs = {model: run_in_process(home, "content", {**TINY, "model": model, "corpus": str(corpus)}, preset="quick")
                 for model in ("spen", "gpt")}
     torch.set_num_threads(threads)
     return {"home": home, "corpus": corpus, "other": other, "runs": runs}
@@ -158,10 +158,10 @@ def _tree(home: Path) -> set[str]:
 def _older_run(home: Path) -> str:
     """A finished lm run as runs were before they kept their weights: artifacts without model.pt, and
     the newest checkpoint before the end (the quick preset's step 200 of 300)."""
-    config = build_config("lm", preset="quick", seed=9).model_dump(mode="json")
-    rd = RunDir.for_id(run_id_for("lm", config, 9), home)
+    config = build_config("content", preset="quick", seed=9).model_dump(mode="json")
+    rd = RunDir.for_id(run_id_for("content", config, 9), home)
     if not rd.exists():
-        rd.create("lm", config, 9)
+        rd.create("content", config, 9)
         rd.save_artifact(TOKENIZER_ARTIFACT, b"{}")
         rd.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         for step in (100, 200):
@@ -183,11 +183,11 @@ def _other_kind(home: Path) -> str:
 @pytest.mark.parametrize("case, message", [
     ("unknown", r"^run: no such run in this data folder .*\(got 'lm-000000000000-s0'\)$"),
     ("no run", r"^run: name the finished lm run to evaluate"),
-    ("other kind", r"^run: a dilution run, not a language model \(lm\)"),
+    ("other kind", r"^run: a dilution run, not a language model \(content\)"),
     ("older", r"^run: it predates kept final weights \(artifacts/model.pt\): its newest checkpoint is at step 200 "
               r"of 300, not the trained model"),
     ("no corpus", r"^data: corpus '\./no/such/text.txt': no such file or folder$"),
-    ("short", r"^data.corpus: its held-out text is \d+ tokens under run lm-\w+-s0's tokenizer, shorter than one "
+    ("short", r"^data.corpus: its held-out text is \d+ tokens under run content-\w+-s0's tokenizer, shorter than one "
               r"window of train.seq_len \+ 1 = 33 tokens$"),
 ])
 def test_bad_inputs_are_refused_in_one_line_and_write_nothing(lab, home, tmp_path, case, message):

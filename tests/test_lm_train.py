@@ -144,30 +144,30 @@ def test_a_shorter_wsd_run_is_the_longer_one_until_its_decay_begins(kind):
 
 def test_lm_config_errors_are_named():
     with pytest.raises(ValueError, match="^model: must be one of 'spen' or 'gpt' \\(got 'mamba'\\)$"):
-        build_config("lm", overrides={"model": "mamba"})
+        build_config("content", overrides={"model": "mamba"})
     with pytest.raises(ValueError, match="^size: must be one of 'micro', 'tiny', 'small' or 'paper' \\(got 'huge'\\)$"):
-        build_config("lm", overrides={"size": "huge"})
+        build_config("content", overrides={"size": "huge"})
     with pytest.raises(ValueError, match="^predictor: must be one of 'linear', 'linear_attention' or "):
-        build_config("lm", overrides={"predictor": "nope"})
+        build_config("content", overrides={"predictor": "nope"})
     with pytest.raises(ValueError, match="^train.lr: expects a number in \\(0, 10\\] or auto \\(got -1\\)$"):
-        build_config("lm", overrides={"lr": -1})
+        build_config("content", overrides={"lr": -1})
     with pytest.raises(ValueError, match="the linear predictor .* attn_input must be .state."):
-        build_config("lm", overrides={"predictor": "linear", "attn_input": "sequence"})
+        build_config("content", overrides={"predictor": "linear", "attn_input": "sequence"})
     with pytest.raises(ValueError, match="val_doc|persuasion|novel"):
-        build_config("lm", overrides={"val_doc": "ulysses"})
+        build_config("content", overrides={"val_doc": "ulysses"})
     with pytest.raises(ValueError, match="no such file or folder"):
-        build_config("lm", overrides={"corpus": "./no/such/corpus.txt"})
-    cfg = build_config("lm", preset="tiny", overrides={"predictor": "softmax_attention", "attn_input": "tokens"})
+        build_config("content", overrides={"corpus": "./no/such/corpus.txt"})
+    cfg = build_config("content", preset="tiny", overrides={"predictor": "softmax_attention", "attn_input": "tokens"})
     assert cfg.size == "tiny"
 
 
 def test_lm_experiment_on_austen(tmp_path, monkeypatch):
     # The whole path on the embedded corpus, a few steps: data, tokenizer artifact, model, result.
     monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
-    cfg = build_config("lm", preset="tiny", overrides=dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=3,
+    cfg = build_config("content", preset="tiny", overrides=dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=3,
                                                            eval_tokens=256, final_eval_tokens=2048, vocab_size=512))
     rep = NullReporter()
-    result = REGISTRY["lm"].run(cfg, rep)
+    result = REGISTRY["content"].run(cfg, rep)
     s = result["summary"]
     for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):
         assert key in s, key
@@ -202,14 +202,14 @@ def test_lm_experiment_on_austen(tmp_path, monkeypatch):
 
 def test_train_lr_auto_is_kept_by_the_config_and_resolved_by_the_run():
     # The config says "auto" (it is what the run id hashes and the store groups by) ...
-    cfg = build_config("lm", preset="quick", overrides={"model": "gpt"})
+    cfg = build_config("content", preset="quick", overrides={"model": "gpt"})
     assert cfg.train.lr == "auto" and '"lr":"auto"' in cfg.model_dump_json()
     # ... and names one rate per model and size, the one chosen on dev.
-    assert (cfg.lr, build_config("lm", preset="quick").lr) == (AUTO_LR["tiny"]["gpt"], AUTO_LR["tiny"]["spen"])
-    assert build_config("lm", preset="quick", overrides={"lr": 1e-3}).lr == 1e-3  # a number is itself
+    assert (cfg.lr, build_config("content", preset="quick").lr) == (AUTO_LR["tiny"]["gpt"], AUTO_LR["tiny"]["spen"])
+    assert build_config("content", preset="quick", overrides={"lr": 1e-3}).lr == 1e-3  # a number is itself
     # A model and size with no chosen rate is refused with the config, naming them, never trained at another rate.
     with pytest.raises(ValueError, match="^train.lr: auto, but no rate was chosen for model gpt at size small .*size tiny"):
-        build_config("lm", preset="quick", overrides={"model": "gpt", "size": "small"})
+        build_config("content", preset="quick", overrides={"model": "gpt", "size": "small"})
     with pytest.raises(ValueError, match="model spen at size paper"):
         resolve_lr("spen", "paper", "auto")
     # The loop itself trains at a number only: "auto" must have been resolved for a model first.
@@ -219,14 +219,14 @@ def test_train_lr_auto_is_kept_by_the_config_and_resolved_by_the_run():
 
 def test_a_run_at_train_lr_auto_trains_at_the_chosen_rate_records_it_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setenv("EMALAB_HOME", str(tmp_path))
-    cfg = build_config("lm", preset="quick", overrides=dict(model="gpt", steps=4, batch=2, seq_len=32, warmup=1,
+    cfg = build_config("content", preset="quick", overrides=dict(model="gpt", steps=4, batch=2, seq_len=32, warmup=1,
                                                             eval_every=2, eval_tokens=256, final_eval_tokens=1024,
                                                             vocab_size=512, checkpoint_every=2, log_every=1))
     rep = NullReporter(stop_after_checkpoints=1)  # stops at step 2, its checkpoint naming the config ("auto")
     with pytest.raises(Cancelled):
-        REGISTRY["lm"].run(cfg, rep)
+        REGISTRY["content"].run(cfg, rep)
     rep.stop_after_checkpoints = None
-    s = REGISTRY["lm"].run(cfg, rep)["summary"]  # resumes: the stored config is recognised as this one
+    s = REGISTRY["content"].run(cfg, rep)["summary"]  # resumes: the stored config is recognised as this one
     assert (s["lr"], s["lr_auto"]) == (AUTO_LR["tiny"]["gpt"], True)
     logged = [m["train/lr"] for _, m in rep.events if "train/lr" in m]
     assert len(logged) == 4 and max(logged) == pytest.approx(AUTO_LR["tiny"]["gpt"])  # the peak, after warm-up
@@ -244,7 +244,7 @@ def test_lm_on_the_command_line(tmp_path, monkeypatch, model):
     monkeypatch.setenv("EMALAB_HOME", str(tmp_path / "home"))
     sets = dict(model=model, steps=4, batch=2, warmup=1, eval_every=2, eval_tokens=512, final_eval_tokens=2048)
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    proc = in_process("run", "lm", "--preset", "tiny", *args, "--json")
+    proc = in_process("run", "content", "--preset", "tiny", *args, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)
     for key in ("model", "predictor", "params", "tokens", "val_loss", "val_ppl", "val_bpb", "tokens_per_s", "seconds"):
@@ -292,12 +292,12 @@ def test_lr_sweep_scores_every_setting_on_the_dev_slice_and_picks_the_lowest():
 
 
 def test_the_long_preset_trains_ten_million_tokens_at_tiny_on_a_plateau_then_a_decay():
-    cfg = build_config("lm", preset="long")
+    cfg = build_config("content", preset="long")
     assert cfg.size == "tiny" and cfg.train.schedule == "wsd"
     assert cfg.train.steps * cfg.train.batch * cfg.train.seq_len >= 10_000_000
     assert cfg.train.steps // cfg.train.eval_every >= 10  # a curve with points to fit
     assert cfg.train.checkpoint_every <= cfg.train.eval_every  # resumable, losing at most one interval
-    assert (cfg.lr, build_config("lm", preset="long", overrides={"model": "gpt"}).lr) == \
+    assert (cfg.lr, build_config("content", preset="long", overrides={"model": "gpt"}).lr) == \
         (AUTO_LR["tiny"]["spen"], AUTO_LR["tiny"]["gpt"])
 
 
@@ -306,10 +306,10 @@ def test_the_second_size_trains_at_the_fresh_budget_s_tokens_per_parameter():
         tokens = cfg.train.steps * cfg.train.batch * cfg.train.seq_len
         return tokens / param_count(spen_config(cfg, vocab_size=cfg.data.vocab_size))
 
-    fresh, micro = build_config("lm", preset="fresh"), build_config("lm", preset="fresh_micro")
+    fresh, micro = build_config("content", preset="fresh"), build_config("content", preset="fresh_micro")
     assert (fresh.size, micro.size) == ("tiny", "micro") and micro.data.corpus == fresh.data.corpus
     assert per_param(micro) == pytest.approx(per_param(fresh), rel=1e-3) == pytest.approx(7.43, abs=0.01)
     assert micro.train.schedule == "wsd" and micro.train.steps // micro.train.eval_every >= 10
     # micro's rates were chosen on dev at this very budget: "auto" resolves there, as at tiny.
-    assert (micro.lr, build_config("lm", preset="fresh_micro", overrides={"model": "gpt"}).lr) == \
+    assert (micro.lr, build_config("content", preset="fresh_micro", overrides={"model": "gpt"}).lr) == \
         (AUTO_LR["micro"]["spen"], AUTO_LR["micro"]["gpt"])

@@ -576,9 +576,9 @@ def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch):
 
 
 def test_settings_that_cannot_work_are_refused_before_anything_is_written(world):
-    text = _refused(["run", "lm", "--preset", "quick", "--set", "tokenizer=/missing/tokenizer.json"], world)
+    text = _refused(["run", "content", "--preset", "quick", "--set", "tokenizer=/missing/tokenizer.json"], world)
     assert text.startswith("emalab: error: data.tokenizer:") and "/missing/tokenizer.json" in text, text
-    text = _refused(["run", "lm", "--preset", "quick", "--set", f"tokenizer={world[0] / 'outside'}"], world)
+    text = _refused(["run", "content", "--preset", "quick", "--set", f"tokenizer={world[0] / 'outside'}"], world)
     assert text.startswith("emalab: error: data.tokenizer:"), text  # a folder without a tokenizer.json
 
 

@@ -52,9 +52,9 @@ def test_quick_reproduction_launches_every_kind_and_both_language_models(home, r
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     # Every kind's quick preset, each once, and for lm SPEN *and* the GPT: the content claim from one click.
-    assert [kind for kind, _, _ in registered] == sorted(["dilution", "structure", "lm", "lm"])
+    assert [kind for kind, _, _ in registered] == sorted(["dilution", "structure", "content", "content"])
     assert all(preset == "quick" for _, _, preset in registered)
-    lm = [cfg for kind, cfg, _ in registered if kind == "lm"]
+    lm = [cfg for kind, cfg, _ in registered if kind == "content"]
     assert sorted(cfg["model"] for cfg in lm) == ["gpt", "spen"]
     # The two differ in the model only: same data, tokenizer, budget and seed, and train.lr=auto (each
     # model trains at its own rate, chosen on dev, which the run resolves and records).
@@ -62,14 +62,14 @@ def test_quick_reproduction_launches_every_kind_and_both_language_models(home, r
 
     assert {**lm[0], "model": None} == {**lm[1], "model": None} and lm[0]["train"]["lr"] == "auto"
     for cfg in lm:
-        assert cfg == build_config("lm", preset="quick", overrides={"model": cfg["model"]}).model_dump()
+        assert cfg == build_config("content", preset="quick", overrides={"model": cfg["model"]}).model_dump()
     assert AUTO_LR["tiny"]["spen"] != AUTO_LR["tiny"]["gpt"]
     for kind, cfg, _ in registered:
-        if kind != "lm":
+        if kind != "content":
             assert cfg == build_config(kind, preset="quick").model_dump()
     # The boundary map (about 27 minutes on 2 cores) and the depth comparison (about 10) are launched from
     # their own pages, not from this click, and lm_eval evaluates a finished run again.
-    assert set(REGISTRY) == {"dilution", "structure", "lm", "boundary", "depth", "lm_eval"}
+    assert set(REGISTRY) == {"dilution", "structure", "content", "boundary", "depth", "lm_eval"}
     assert not any(REGISTRY[k].one_click for k in ("boundary", "depth", "lm_eval"))
     assert any("Launched" in s.value for s in at.success)
 

@@ -22,9 +22,11 @@ import sys
 import tarfile
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import store
+from jobs.runner import existing_run
 from ema_core.studies import STUDIES
 from store.scoreboard import scoreboard
 
@@ -57,15 +59,27 @@ def _kinds(home: Path) -> dict[str, int]:
     return runs.groupby("kind").size().to_dict()
 
 
+def _as_packed(home: Path) -> tuple[int, dict[str, int]]:
+    """The file's schema version and row counts, read without the store (which would upgrade it)."""
+    conn = duckdb.connect(str(store.store_path(home)), read_only=True)
+    try:
+        version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+        tables = [r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        return version, {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+    finally:
+        conn.close()
+
+
 def test_the_older_store_is_migrated_and_keeps_every_run_and_row(home):
-    before = store.check(home=home)
-    assert before["schema_version"] == 8 and not before["problems"]
+    version, before = _as_packed(home)
+    assert version == 8 and before["runs"] == sum(KINDS.values())
     report = store.migrate_store(home=home)
-    assert report["schema_version"] == store.SCHEMA_VERSION
+    assert report["schema_version"] == store.SCHEMA_VERSION > 8
     after = store.check(home=home)
     assert not after["problems"]
-    for table, rows in before["tables"].items():  # nothing stored is lost
-        assert after["tables"][table] >= rows, table
+    for table, rows in before.items():  # nothing stored is lost
+        if table != "schema_migrations":
+            assert after["tables"][table] == rows, table
     assert _kinds(home) == {STUDIES["content"].kind if k == "lm" else k: n for k, n in KINDS.items()}
 
 
@@ -104,3 +118,12 @@ def test_every_page_shows_the_older_runs(home, page):
     at = ok(open_page(page))
     shown = json.dumps([str(x.value) for x in [*at.markdown, *at.caption, *at.subheader]], ensure_ascii=False)
     assert "Traceback" not in shown and at.markdown
+
+
+def test_a_run_made_under_the_older_kind_name_is_recognised_not_repeated(home):
+    run_id = next(r for r in store.list_runs(limit=None, home=home)["run_id"] if r.startswith("lm-"))
+    record = json.loads((home / "runs" / run_id / "config.json").read_text(encoding="utf-8"))
+    assert record["kind"] == "lm"  # the folder keeps the name it was made under
+    # The same settings launched today, by the study's name or the older one, are that run.
+    for kind in (STUDIES["content"].kind, "lm"):
+        assert existing_run(kind, record["config"], home=home) == (run_id, "done")

@@ -103,15 +103,15 @@ def test_ingest_never_deletes_or_overwrites_a_note(home):
 # -- two runs' settings side by side (store.queries.config_diff) -------------------------------------
 
 def test_the_config_diff_lines_up_two_runs_settings():
-    a = ("lm", {"model": "spen", "seed": 0, "train": {"lr": 0.003, "steps": 700}, "data": {"corpus": "austen"},
+    a = ("content", {"model": "spen", "seed": 0, "train": {"lr": 0.003, "steps": 700}, "data": {"corpus": "austen"},
                 "mqar": None})
-    b = ("lm", {"model": "gpt", "seed": 1, "train": {"lr": 0.003, "steps": 700}, "data": {"corpus": "austen"},
+    b = ("content", {"model": "gpt", "seed": 1, "train": {"lr": 0.003, "steps": 700}, "data": {"corpus": "austen"},
                 "mqar": None, "device": "cpu"})
     diff = config_diff(a, b)
     assert list(diff.columns) == ["setting", "a", "b", "same"]
     rows = {r.setting: (r.a, r.b, r.same) for r in diff.itertuples()}
     assert list(rows) == ["kind", "seed", "model", "train.lr", "train.steps", "data.corpus", "mqar", "device"]
-    assert rows["kind"] == ("lm", "lm", True) and rows["seed"] == ("0", "1", False)
+    assert rows["kind"] == ("content", "content", True) and rows["seed"] == ("0", "1", False)
     assert rows["model"] == ("spen", "gpt", False)
     assert rows["train.lr"] == ("0.003", "0.003", True) and rows["data.corpus"] == ("austen", "austen", True)
     assert rows["mqar"] == ("null", "null", True)

@@ -47,11 +47,11 @@ def populated(tmp_path_factory):
                          metrics=[{"loss": 3.0}, {"loss": 1.5}], tables=probe_rows(0.9, 0.7)),
         "p16s0": make_run(h, "probe", {"width": 16, "lr": 0.1}, 0, started="2026-01-03T00:00:00+00:00",
                           tables=probe_rows(0.95, 0.75)),
-        "lm0": make_run(h, "lm", {"d": 32, "seed": 0}, 0, state="running", started="2026-01-04T00:00:00+00:00",
+        "lm0": make_run(h, "content", {"d": 32, "seed": 0}, 0, state="running", started="2026-01-04T00:00:00+00:00",
                         metrics=[{"train_loss": 4.0}],
                         tables={"lm_eval": [{"split": "val", "loss": 2.0, "ppl": 7.0, "bpb": 1.0},
                                             {"split": "test", "loss": 2.2, "ppl": 9.0, "bpb": 1.2}]}),
-        "lm1": make_run(h, "lm", {"d": 32, "seed": 1}, 1, state="failed", started="2026-01-05T00:00:00+00:00",
+        "lm1": make_run(h, "content", {"d": 32, "seed": 1}, 1, state="failed", started="2026-01-05T00:00:00+00:00",
                         tables={"lm_eval": [{"split": "val", "loss": 3.0, "ppl": 20.0, "bpb": 2.0}]}),
         "dil": make_run(h, "dilution", {"alphas": [0.5, 0.1]}, 0, started="2026-01-06T00:00:00+00:00",
                         tables={"dilution_accuracy": [
@@ -75,7 +75,7 @@ def test_list_runs(runs):
     assert list(df["run_id"]) == [runs[k] for k in ("dil", "lm1", "lm0", "p16s0", "p8s1", "p8s0")]  # newest first
     assert list(df.columns) == ["run_id", "kind", "seed", "status", "created_at", "started_at", "ended_at",
                                 "code_version", "host", "message", "config", "summary"]
-    assert set(queries.list_runs(kind="lm")["run_id"]) == {runs["lm0"], runs["lm1"]}
+    assert set(queries.list_runs(kind="content")["run_id"]) == {runs["lm0"], runs["lm1"]}
     assert list(queries.list_runs(status="running")["run_id"]) == [runs["lm0"]]
     assert set(queries.list_runs(status=["running", "failed"])["run_id"]) == {runs["lm0"], runs["lm1"]}
     assert list(queries.list_runs(kind="probe", limit=1)["run_id"]) == [runs["p16s0"]]
@@ -162,7 +162,7 @@ def test_store_summary(runs):
                             "depth_results": 0, "depth_weights": 0, "depth_weight_steps": 0, "depth_remix": 0,
                             "bench_figures": 0}
     by = {(r.kind, r.status): r.runs for r in s["by_kind_status"].itertuples()}
-    assert by == {("dilution", "done"): 1, ("lm", "failed"): 1, ("lm", "running"): 1, ("probe", "done"): 3}
+    assert by == {("dilution", "done"): 1, ("content", "failed"): 1, ("content", "running"): 1, ("probe", "done"): 3}
 
 
 def test_empty_store_gives_empty_frames_with_columns(home):
@@ -354,8 +354,8 @@ def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps
                "matched_to": "spen/linear/state" if model == "gpt" else None}
     if used is not None:  # the rate a run at train.lr=auto records having trained at
         summary.update(lr=used, lr_auto=True)
-    rd = RunDir.for_id(run_id_for("lm", config, seed), h)
-    rd.create("lm", config, seed)
+    rd = RunDir.for_id(run_id_for("content", config, seed), h)
+    rd.create("content", config, seed)
     events = [{"seq": i, "step": step, "metrics": {"val/loss": v, "train/loss": v + 1}}
               for i, (step, v) in enumerate(curve)]
     rd.append_events(events)
@@ -369,7 +369,7 @@ def _lm_run(h, seed, model, predictor, attn_input, loss, ppl, bpb, params, steps
 def lm_store(tmp_path_factory):
     """Two seeds of GPT, SPEN linear, SPEN softmax attention (state) and its raw-token control; one
     GPT sized to the softmax SPEN (seed 0 only); one SPEN of a longer run that has no GPT."""
-    h = tmp_path_factory.mktemp("lm") / "home"
+    h = tmp_path_factory.mktemp("content") / "home"
     ids = {}
     for seed, d in ((0, 0.0), (1, 0.2)):
         # The GPT logs step 2 twice (a resumed run): its newest value counts.

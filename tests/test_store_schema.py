@@ -24,7 +24,8 @@ ALL_TABLES = {"emalab_meta", "schema_migrations", "runs", "metrics", "ingest_sta
               "boundary_recall_state", "lm_token_classes", "run_notes", "depth_results", "depth_weights",
               "depth_weight_steps", "depth_remix"}
 RELEASED = [(1, "m001_initial"), (2, "m002_boundary"), (3, "m003_boundary_curves"), (4, "m004_lm_token_classes"),
-            (5, "m005_run_notes"), (6, "m006_depth"), (7, "m007_boundary_redundancy"), (8, "m008_depth_controls")]
+            (5, "m005_run_notes"), (6, "m006_depth"), (7, "m007_boundary_redundancy"), (8, "m008_depth_controls"),
+            (9, "m009_content_kind")]
 NEXT = len(RELEASED) + 1  # the version a test's own migration takes
 
 

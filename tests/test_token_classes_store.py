@@ -14,6 +14,7 @@ import pytest
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.lm.token_classes import SPLITS
 from ema_core.lm.train import CLASS_SPLITS
+from ema_core.studies import STUDIES
 from ema_core.rundir import RunDir, run_id_for
 from jobs import cli
 from lm_fixture import SPECS, TINY, make_lm_runs
@@ -24,7 +25,7 @@ from store.export import exports_dir, render_table
 from store.ingest import ingest
 from store.queries import metric_series
 
-KIND = "lm"
+KIND = STUDIES["content"].kind
 TABLE = "lm_token_classes"
 SEEDS = (0, 1)
 # TINY evaluates every 2 of its 6 steps, then once more at the end on more tokens.

@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ema_core.config import config_error, nest, resolve_setting, setting_fields
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
+from ema_core.rundir import current_kind
 from ema_core.studies import STUDIES
 
 
@@ -44,8 +45,9 @@ __all__ = ["REGISTRY", "Cancelled", "Experiment", "NullReporter", "Reporter", "b
 
 
 def get_experiment(kind: str) -> Experiment:
+    """The experiment of ``kind``, by today's name or one it had before a rename (``rundir.current_kind``)."""
     try:
-        return REGISTRY[kind]
+        return REGISTRY[current_kind(kind)]
     except (KeyError, TypeError):
         raise ValueError(f"unknown experiment kind {kind!r}; known kinds: {', '.join(sorted(REGISTRY))}") from None
 
@@ -53,9 +55,9 @@ def get_experiment(kind: str) -> Experiment:
 def headline(kind: str, summary: Any) -> str:
     """A finished run's result in one line, from its summary: "" for a run with no summary (yet), or
     of a kind this code no longer has."""
-    if not isinstance(summary, dict) or not summary or kind not in REGISTRY:
+    if not isinstance(summary, dict) or not summary or current_kind(kind) not in REGISTRY:
         return ""
-    return REGISTRY[kind].headline(summary)
+    return REGISTRY[current_kind(kind)].headline(summary)
 
 
 def build_config(kind: str, preset: str | None = None, overrides: dict[str, Any] | None = None,

@@ -42,8 +42,6 @@ class Study:
     # first is the study's own kind (whose runs it judges, and whose picker its page keys
     # ``<name>_runs``).  The folder's ``__init__`` names each kind once and the module reads it there.
     experiments: Mapping[str, str] = field(default_factory=dict)
-    # Kind names stored runs may carry from before a rename, read as today's: {older: today's}.
-    older_kinds: Mapping[str, str] = field(default_factory=dict)
     # Its screens in pages/, in the navigation's order; the first shows its finished runs (and its
     # claims).  A study with none is still run, stored, exported and judged (the Export page and the
     # Overview show it).

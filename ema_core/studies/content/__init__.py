@@ -2,7 +2,7 @@
 the same-size GPT, on real text; where the gap lives, and how it grows with tokens and size."""
 from ema_core.studies import Page, Study
 
-KIND = "lm"  # the language model's runs (the study's name came later; stored runs keep this kind)
+KIND = "content"  # its language models' runs (kind "lm" before the study had its folder: still read)
 EVAL_KIND = "lm_eval"  # a finished run's model evaluated again
 
 STUDY = Study(

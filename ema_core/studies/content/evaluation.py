@@ -118,7 +118,7 @@ def _not_trained(rd: RunDir) -> str | None:
         return "no such run in this data folder (emalab jobs list shows the runs)"
     record = rd.read_config()  # a DamagedRunError (a ValueError) says which file is damaged
     if record["kind"] != LM_KIND:
-        return f"a {record['kind']} run, not a language model (lm): only lm runs keep a trained model"
+        return f"a {record['kind']} run, not a language model ({LM_KIND}): only {LM_KIND} runs keep a trained model"
     if rd.artifact_path(MODEL_ARTIFACT).is_file():
         if not rd.artifact_path(TOKENIZER_ARTIFACT).is_file():
             return f"its {TOKENIZER_ARTIFACT} is missing: its model's token ids cannot be read"

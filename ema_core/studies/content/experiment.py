@@ -36,7 +36,7 @@ from ema_core.lm.tokenizer import tokenizer_json
 from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, weights_bytes
 from ema_core.lm.token_classes import SPLITS
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, evaluate, init_distributed, train_lm
-from ema_core.protocol import Experiment, Reporter, StoredConfig
+from ema_core.protocol import Reporter, StoredConfig, moved_into_groups, study_experiment
 from ema_core.studies.content import KIND
 
 # What the ``partition`` column of ``lm_token_classes`` calls each of train.CLASS_SPLITS.
@@ -280,20 +280,16 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = Experiment(
-    kind=KIND,
-    reproduction=QUICK_REPRODUCTION,
+EXPERIMENT = study_experiment(
+    __name__,
     config_cls=LMConfig,
-    presets=PRESETS,
-    run=run,
     description="A language model on real text: SPEN (EMA traces only, a predictor ablation) or the same-size GPT.",
     identity=("model", "predictor", "attn_input", "data.corpus"),
+    reproduction=QUICK_REPRODUCTION,
     # Runs made before configs were nested: the data's and the training's settings were flat.
-    older_paths={**{name: f"data.{name}" for name in "corpus val_doc val_fraction max_docs max_chars tokenizer "
-                                                     "vocab_size".split()},
-                 **{name: f"train.{name}" for name in "steps batch seq_len lr min_lr_frac warmup weight_decay beta2 "
-                                                      "grad_clip eval_every eval_tokens final_eval_tokens log_every "
-                                                      "checkpoint_every".split()}},
+    older_paths=moved_into_groups(data="corpus val_doc val_fraction max_docs max_chars tokenizer vocab_size",
+                                  train="steps batch seq_len lr min_lr_frac warmup weight_decay beta2 grad_clip "
+                                        "eval_every eval_tokens final_eval_tokens log_every checkpoint_every"),
     older_behaviour={"data.doc_sep": "none"},  # a .txt corpus was one document before documents were split
-    headline=headline,
+    older_kinds=("lm",),  # the study's runs before it had its folder and its name
 )
