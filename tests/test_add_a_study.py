@@ -11,20 +11,17 @@ the user.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from project_copy import ROOT, apply_diff, copy_project, run_in
+
 PAGE = ROOT / "docs" / "architecture.md"
 NAME = "coin"
-# What a copy of the project needs to run, show and export a run (the data folder is not read).
-COPIED = ("ema_core", "store", "jobs", "pages", "tests", "app.py")
 
 pytestmark = pytest.mark.subprocess
 
@@ -35,30 +32,10 @@ def steps(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
-def apply_diff(root: Path, block: str) -> None:
-    """One ``diff`` block: a first line ``# path``, then lines that stand (a space first), go (``-``) or
-    come (``+``).  The lines before the change must stand together, once, in that file."""
-    head, *lines = block.rstrip("\n").split("\n")
-    assert head.startswith("# ") and lines and all(line[:1] in (" ", "-", "+") for line in lines), block
-    path = root / head[2:].strip()
-    before = "\n".join(line[1:] for line in lines if line[0] in " -")
-    after = "\n".join(line[1:] for line in lines if line[0] in " +")
-    text = path.read_text(encoding="utf-8")
-    assert text.count(before) == 1, f"{head[2:]}: the lines the step changes stand {text.count(before)} times"
-    path.write_text(text.replace(before, after), encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     """A copy of the project with the page's steps applied, and nothing else."""
-    root = tmp_path_factory.mktemp("study") / "project"
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            root.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, root / name)
+    root = copy_project(tmp_path_factory.mktemp("study") / "project")
     written = []
     for block in steps("python"):
         head = block.split("\n", 1)[0]
@@ -74,9 +51,7 @@ def checkout(tmp_path_factory) -> Path:
 
 
 def run(checkout: Path, *args: str, home: Path) -> subprocess.CompletedProcess:
-    """``python args`` in the copy, as its user would run it (the copy first on the import path)."""
-    env = {**os.environ, "PYTHONPATH": str(checkout), "EMALAB_HOME": str(home)}
-    return subprocess.run([sys.executable, *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
+    return run_in(checkout, *args, home=home, timeout=600)
 
 
 def test_the_new_study_is_run_shown_judged_and_exported(checkout, tmp_path):

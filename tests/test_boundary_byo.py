@@ -11,18 +11,16 @@ out (an import line, say) fails here as it would for the user.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ema_core.studies.boundary.experiment import BoundaryModelConfig
+from project_copy import ROOT, apply_diff, copy_project, run_in
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 NAME = "cumulative_mean"
 # What a user's copy of the project needs to run, show and export a run (the data folder is not read).
@@ -38,48 +36,21 @@ def readme_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
 
 
-def apply_block(root: Path, block: str) -> None:
-    """One README ``diff`` block: a first line ``# path``, then lines that stand (a space first) and
-    lines to add (a ``+`` first).  The standing lines must be found together, once, in that file."""
-    head, *lines = block.rstrip("\n").split("\n")
-    assert head.startswith("# "), f"a diff block names its file first: {head!r}"
-    path = root / head[2:].strip()
-    assert lines and all(line[:1] in (" ", "+") for line in lines), f"only ' ' and '+' lines: {block!r}"
-    before = [line[1:] for line in lines if line[0] == " "]
-    after = [line[1:] for line in lines]
-    text = path.read_text(encoding="utf-8").split("\n")
-    at = [i for i in range(len(text) - len(before) + 1) if text[i:i + len(before)] == before]
-    assert len(at) == 1, f"{head[2:]}: the lines shown around the addition stand {len(at)} times, not once"
-    text[at[0]:at[0] + len(before)] = after
-    path.write_text("\n".join(text), encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     """A copy of the project with the README's steps applied, and nothing else."""
-    root = tmp_path_factory.mktemp("byo") / "project"
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            root.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, root / name)
+    root = copy_project(tmp_path_factory.mktemp("byo") / "project")
     (module,) = [b for b in readme_blocks("python") if b.startswith("# ema_core/mixers/")]
     (root / module.split("\n", 1)[0][2:].strip()).write_text(module, encoding="utf-8")
     diffs = readme_blocks("diff")
     assert diffs, "the README shows the registration lines as diff blocks"
     for block in diffs:
-        apply_block(root, block)
+        apply_diff(root, block)
     return root
 
 
 def run(checkout: Path, *args: str, home: Path | None = None) -> subprocess.CompletedProcess:
-    """``python args`` in the copy, as its user would run it (the copy first on the import path)."""
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    if home is not None:
-        env["EMALAB_HOME"] = str(home)
-    return subprocess.run([sys.executable, *args], cwd=checkout, env=env, capture_output=True, text=True, timeout=900)
+    return run_in(checkout, *args, home=home)
 
 
 def test_the_readme_steps_register_the_mixer_everywhere_the_names_are_read(checkout):
@@ -151,7 +122,7 @@ def test_a_mixer_that_reads_ahead_is_refused_when_the_run_starts(checkout, tmp_p
     shutil.copytree(checkout, root, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "ema_core" / "mixers" / "ahead.py").write_text(AHEAD, encoding="utf-8")
     for block in AHEAD_STEPS:
-        apply_block(root, block)
+        apply_diff(root, block)
     sets = [a for k, v in {"mixers": "ema,reads_ahead", **TINY}.items() for a in ("--set", f"{k}={v}")]
     out = run(root, "-m", "jobs.cli", "run", "boundary", *sets, "--json", home=tmp_path / "home")
     assert out.returncode != 0, out.stdout[-3000:]
