@@ -120,7 +120,7 @@ else:
 def quick_jobs() -> list[tuple[str, object]]:
     """Each kind's quick reproduction (``Experiment.reproduction``), over its `quick` preset."""
     return [(kind, build_config(kind, preset="quick", overrides=dict(overrides)))
-            for kind, exp in sorted(REGISTRY.items()) if "quick" in exp.presets and exp.one_click
+            for kind, exp in REGISTRY.items() if "quick" in exp.presets and exp.one_click
             for overrides in exp.reproduction]
 
 

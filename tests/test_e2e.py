@@ -493,7 +493,9 @@ def test_structure_page_draws_runs_and_switches_split(app_url, emalab_home, chro
     try:
         _tested_on(page, app_url, "Structure", "structure")
 
-        goto(page, app_url + "/structure")
+        # These runs picked by the URL, as a shared link picks them: the page's default is the newest
+        # group, which the quick reproduction launched above may have replaced by the time this runs.
+        goto(page, app_url + "/structure?structure_runs=" + ",".join(run_ids))
         page.get_by_role("heading", name="Structure", exact=True).wait_for()
         assert page.locator(CHARTS).count() >= 2  # roles, probe controls
         roles_chart = page.locator(CHARTS).first
@@ -566,7 +568,7 @@ def test_content_page_draws_real_runs_and_follows_its_controls(app_url, emalab_h
     try:
         _tested_on(page, app_url, "Content", "content")
 
-        goto(page, app_url + "/content")
+        goto(page, app_url + "/content?content_runs=" + ",".join(run_ids))  # these runs, as for Structure
         page.get_by_role("heading", name="Content", exact=True).wait_for()
         assert page.locator(CHARTS).count() >= 4  # curves, the gap by token class, one class over training, ablation
         curves = page.locator(CHARTS).first
@@ -803,7 +805,7 @@ def test_a_newcomer_tells_runs_apart_relaunches_and_exports_lm_eval(app_url, ema
             expect(card).to_contain_text(f"{lm_runs[model]} · done")
         heads = {model: card.get_by_test_id("stMarkdown").first.inner_text() for model, card in cards.items()}
         assert heads["gpt"] != heads["spen"] and "model=gpt" in heads["gpt"], heads
-        assert all(head.startswith("lm ") and "seed" in head for head in heads.values()), heads
+        assert all(head.startswith("content ") and "seed" in head for head in heads.values()), heads
         page.screenshot(path=str(SHOTS / "jobs_told_apart.png"))
         no_exception(page)
 

@@ -51,8 +51,9 @@ def test_quick_reproduction_launches_every_kind_and_both_language_models(home, r
     at.button(key="quick_repro").click()
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    # Every kind's quick preset, each once, and for lm SPEN *and* the GPT: the content claim from one click.
-    assert [kind for kind, _, _ in registered] == sorted(["dilution", "structure", "content", "content"])
+    # Every kind's quick preset, each once, in the studies' order, and for content SPEN *and* the GPT: the
+    # content claim from one click.
+    assert [kind for kind, _, _ in registered] == ["dilution", "structure", "content", "content"]
     assert all(preset == "quick" for _, _, preset in registered)
     lm = [cfg for kind, cfg, _ in registered if kind == "content"]
     assert sorted(cfg["model"] for cfg in lm) == ["gpt", "spen"]
