@@ -317,7 +317,9 @@ def migrate(conn: duckdb.DuckDBPyConnection, where: Path | str = "the store") ->
 
 def _declared_missing(conn: duckdb.DuckDBPyConnection) -> bool:
     """Whether a study declares a result table this store does not hold yet (made by :func:`migrate`)."""
-    return bool(set(schema.declared_tables()) - _tables(conn))
+    declared = set(schema.declared_tables())
+    # Every read session asks: no query at all where no study declares a table (today's studies).
+    return bool(declared) and bool(declared - _tables(conn))
 
 
 def _tables(conn: duckdb.DuckDBPyConnection) -> set[str]:
