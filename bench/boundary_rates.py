@@ -30,7 +30,8 @@ from multiprocessing import get_context
 from bench.machine import machine_info
 from bench.report import show
 from ema_core.studies.boundary.tasks import Trainer, accuracy, make_data, task_seed
-from ema_core.studies.boundary.rates import tuned_for
+from ema_core.rates import settings_at
+from ema_core.studies.boundary.rates import TUNED_PATHS
 from ema_core.experiments import build_config
 from ema_core.studies.boundary.experiment import cell_steps, cells
 from ema_core.cells import one_thread
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
         means = {lr: sum(v) / len(v) for lr, v in per_rate.items()}
         table[key] = max(cfg.train.lrs, key=lambda lr: (means[lr], -cfg.train.lrs.index(lr)))
     report = {"preset": a.preset, "seeds": a.seed, "cells": len(results), "seconds": round(seconds),
-              "half_way": half_way, "table": table, "tuned_for": tuned_for(cfg.model_dump(mode="json")),
+              "half_way": half_way, "table": table, "tuned_for": settings_at(cfg.model_dump(mode="json"), TUNED_PATHS),
               "cells_detail": results,
               "machine": machine_info()}
     show(report, a.json, print_report, sort_keys=True)

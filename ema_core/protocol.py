@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
@@ -104,20 +103,6 @@ class Experiment:
         # Declared here, read by every reader of a run folder (ingest, runner, worker, a resuming
         # checkpoint's StoredConfig) without importing this kind's experiment.
         declare_older_shapes(self.kind, dict(self.older_paths), dict(self.older_behaviour), tuple(self.older_kinds))
-
-
-def study_experiment(module: str, **fields: Any) -> Experiment:
-    """The :class:`Experiment` of a study's experiment module, from the four names every such module
-    defines (docs/architecture.md, "A study is one folder"): ``KIND`` (read from its study's
-    ``__init__``), ``PRESETS``, ``run`` and ``headline``; ``fields`` are the rest (config_cls,
-    description, ...).  The module's last statement, once those names exist:
-    ``EXPERIMENT = study_experiment(__name__, config_cls=..., description=...)``."""
-    names = vars(sys.modules[module])
-    missing = [name for name in ("KIND", "PRESETS", "run", "headline") if name not in names]
-    if missing:
-        raise TypeError(f"{module} defines no {', '.join(missing)} before its experiment")
-    return Experiment(kind=names["KIND"], presets=names["PRESETS"], run=names["run"], headline=names["headline"],
-                      **fields)
 
 
 def moved_into_groups(**groups: str) -> dict[str, str]:

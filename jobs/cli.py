@@ -5,6 +5,7 @@
     emalab export --table NAME --format FORMAT [--runs ID ...] [--grouped] [--out FILE] [--json]
     emalab store migrate|check [--json]
     emalab bench scan|dilution-page [--quick] [--json]
+    emalab rates [--study NAME] [--json]
 
 With ``--json`` a command prints exactly one JSON object on stdout and nothing else (progress and
 warnings go to stderr), so its output can be piped into another program.  Bad arguments or config
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import io
 import json
@@ -33,6 +35,7 @@ from tqdm import tqdm
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import units_for, with_unit
 from ema_core.messages import error_line, one_line
+from ema_core.studies import STUDIES
 from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError, current_kind
 from jobs.ray_backend import RayRunner
 from jobs.runner import LocalRunner, eta_text, existing_run, format_duration, next_free_seed
@@ -481,6 +484,29 @@ def _record(bench: str, report: dict, args) -> int:
         return 0
 
 
+# --- rates ----------------------------------------------------------------------------------------
+
+# The studies that choose learning rates on dev, each with its tables (ema_core.rates): what `auto` reads.
+RATED = tuple(name for name, study in STUDIES.items() if study.rates)
+
+
+def cmd_rates(args) -> int:
+    studies = [args.study] if args.study else list(RATED)
+    report = {"studies": {name: [dataclasses.asdict(t) for t in STUDIES[name].rate_tables()] for name in studies}}
+    lines = []
+    for name in studies:
+        for t in STUDIES[name].rate_tables():
+            binds = "every setting it records" if t.binding is None else ", ".join(t.binding)
+            lines += [f"{name} / {t.name}: a rate per {' × '.join(t.cell)}, {len(t.rates)} rates, chosen on dev at "
+                      f"{t.budget}", f"  read by auto where a config shares: {binds}"
+                      + (f" (and no unrecorded {', '.join(t.unrecorded)} setting)" if t.unrecorded else ""),
+                      f"  a cell without a rate: {'refused' if t.missing == 'refuse' else 'chosen on dev in the cell'}",
+                      f"  chosen by: {t.source}",
+                      *(f"  {key}: {rate:g}" for key, rate in t.rates.items())]
+    _emit(report, args.json, "\n".join(lines))
+    return EXIT_OK
+
+
 # --- entry point --------------------------------------------------------------------------------
 
 
@@ -543,6 +569,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--T", type=int, default=None, help=argparse.SUPPRESS)  # tiny scans for tests
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(fn=cmd_bench)
+
+    rates = sub.add_parser("rates", help="the learning rates chosen on dev that train.lr=auto reads, per study")
+    rates.add_argument("--study", choices=RATED, help="one study's tables (default: every study's)")
+    rates.add_argument("--json", action="store_true", help="print one JSON object")
+    rates.set_defaults(fn=cmd_rates)
     return p
 
 

@@ -3,6 +3,7 @@ curve, recall against state size), resume, workers and their clean-up, the CLI's
 themselves are tests/test_boundary_tasks.py's."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from ema_core.rates import settings_at
+from ema_core.studies.boundary import rates as boundary_rates
 from ema_core.studies.boundary.tasks import TASKS
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.studies.boundary import experiment as boundary_experiment
@@ -478,16 +481,15 @@ def test_a_cuda_device_that_is_not_there_is_refused():
 
 
 def test_a_rate_table_trains_each_cell_once_at_its_rate_and_refuses_what_it_was_not_chosen_for(monkeypatch):
-    from ema_core.studies.boundary import rates as boundary_rates
-
     small = {**TINY, "mixers": "ema,softmax", "tasks": "agree_structure,mqar", "distances": "3", "seeds": 1,
              "mqar_pairs": "2"}
     dev_cfg = build_config("boundary", overrides=small)
     grid = cells(dev_cfg)
-    rates = {boundary_rates.rate_key(c.mixer, c.difficulty.task, c.width): 0.003 if c.mixer == "ema" else 0.01
-             for c in grid}
-    monkeypatch.setattr(boundary_rates, "RATES", rates)
-    monkeypatch.setattr(boundary_rates, "TUNED_FOR", boundary_rates.tuned_for(dev_cfg.model_dump(mode="json")))
+    rates = {"|".join(map(str, boundary_rates.rate_key(c.mixer, c.difficulty.task, c.width))):
+             0.003 if c.mixer == "ema" else 0.01 for c in grid}
+    tuned = settings_at(dev_cfg.model_dump(mode="json"), boundary_rates.TUNED_PATHS)
+    table = dataclasses.replace(boundary_rates.TABLES[0], rates=rates, tuned_for=tuned)
+    monkeypatch.setattr(boundary_rates, "TABLES", (table,))
     cfg = build_config("boundary", overrides={**small, "train.lr_choice": "table"})
     out = REGISTRY["boundary"].run(cfg, NullReporter())["tables"]
     assert {(r["mixer"], r["lr"]) for r in out["boundary_accuracy"]} == {("ema", 0.003), ("softmax", 0.01)}
@@ -499,12 +501,12 @@ def test_a_rate_table_trains_each_cell_once_at_its_rate_and_refuses_what_it_was_
     assert {c["lr"] for c in out["boundary_dev_curve"] if c["mixer"] == "ema3"} == {0.01, 0.003}
     assert {c["lr"] for c in out["boundary_dev_curve"] if c["mixer"] == "ema"} == {0.003}
     # at another budget or another body, the table is refused by name
-    for overrides, says in (({"train.steps": 7}, "train.steps = 7 (the table's: 6)"),
-                            ({"model.d": 32, "recall_widths": "8,32"}, "model.d = 32")):
+    for overrides, says in (({"train.steps": 7}, "train.steps 6 there, 7 here"),
+                            ({"model.d": 32, "recall_widths": "8,32"}, "model.d 16 there, 32 here")):
         with pytest.raises(ValueError) as err:
             build_config("boundary", overrides={**small, **overrides, "train.lr_choice": "table"})
         assert str(err.value).startswith("train.lr_choice: ") and says in str(err.value), str(err.value)
         build_config("boundary", overrides={**small, **overrides})  # choosing on dev, it runs
-    monkeypatch.setattr(boundary_rates, "RATES", {})
-    with pytest.raises(ValueError, match="train.lr_choice: the rate table is empty"):
+    monkeypatch.setattr(boundary_rates, "TABLES", (dataclasses.replace(table, rates={}),))
+    with pytest.raises(ValueError, match="^train.lr_choice: table, but the quick rate table is empty"):
         build_config("boundary", overrides={**small, "train.lr_choice": "table"})

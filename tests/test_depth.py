@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ema_core.depth import RULES
-from ema_core.depth import rates as rate_tables
+from ema_core.studies.depth import rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all, residualise, ridge_r2, split_windows, token_probe
 from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthLMConfig, DepthLM, depth_weights, mix_entropy, params,
                                      reference_mix, reference_streams)
@@ -348,19 +348,26 @@ def test_the_weights_are_kept_at_every_evaluation_for_every_rule_but_sum(tiny_re
 
 def test_auto_reads_a_rate_per_rule_and_depth_and_refuses_what_was_not_chosen():
     quick = build_config("depth", preset="quick")
-    assert quick.rate_table() == "quick"
+    table = rate_tables.TABLES[0]
+    assert (quick.rate_table().table, quick.rate_table().matched) == (table, True)
     for rule in RULES:
         for L in quick.depths:
-            assert quick.lr(rule, L) == rate_tables.TABLES["quick"]["rates"][f"{rule}|{L}"]
-    with pytest.raises(ValueError, match=r"no rates were chosen at this budget.*train.steps 300 there, 200 here"):
+            assert quick.lr(rule, L) == table.rates[f"{rule}|{L}"]
+    with pytest.raises(ValueError, match=r"^train.lr: auto, but no rates were chosen at these settings \(quick: "
+                                         r"train.steps 300 there, 200 here\)"):
         build_config("depth", preset="quick", overrides={"train.steps": 200})
-    with pytest.raises(ValueError, match=r"no rate for sum at 2 blocks"):
+    # A model setting the table does not record is a body it never saw: refused too.
+    with pytest.raises(ValueError, match=r"no rates were chosen.*model.d_model 128 there, 64 here"):
+        build_config("depth", preset="quick", overrides={"model.d_model": 64})
+    with pytest.raises(ValueError, match=r"has no rate for rule sum depth 2, .* \(it holds rule dynamic, select, "
+                                         r"static, sum; depth 4, 8, 16\)"):
         build_config("depth", preset="quick", overrides={"depths": "2,4"})
     with pytest.raises(ValueError, match=r"rates_from: no rate table named 'nope'"):
         build_config("depth", preset="quick", overrides={"rates_from": "nope"})
     # Read at another budget only on purpose, and said so: the long preset reads the quick table.
     long = build_config("depth", preset="long")
-    assert long.rate_table() == "quick" and rate_tables.differences("quick", long.model_dump(mode="json"))
+    assert long.rate_table().table.name == "quick" and not long.rate_table().matched
+    assert table.differences(long.model_dump(mode="json"))["train.steps"] == (300, 2400)
     assert long.lr("dynamic", 16) == quick.lr("dynamic", 16)
 
 

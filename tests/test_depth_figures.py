@@ -43,20 +43,20 @@ def test_the_rates_table_has_a_row_per_rule_in_the_papers_order_and_a_column_per
 
 
 @pytest.mark.parametrize("preset, says", [
-    ("quick", "From the `quick` rate table, chosen on dev at this very budget"),
-    ("long", "From the `quick` rate table: rates chosen at the quick budget, read here on purpose (that budget is "
-             f"{QUICK_TOKENS:,} training tokens per model)"),
-    ("full", "rates chosen at the quick budget, read here on purpose"),
+    ("quick", "From the `quick` rate table, chosen on dev at these very settings"),
+    ("long", "From the `quick` rate table: rates chosen on dev at other settings (300 cosine steps of 8 × 128 tokens), "
+             "read here on purpose (train.steps 300 there, 2400 here"),
+    ("full", "read here on purpose (train.steps 300 there, 1200 here"),
 ])
 def test_the_rates_source_says_when_another_budgets_table_was_read_on_purpose(preset, says):
     config = build_config("depth", preset=preset).model_dump(mode="json")
     assert says in rate_source(config)  # from the config alone (a run stored before its summary said)
     # The run's own record wins over what the config would give today.
     matched = {"rate_table": "quick", "rates_matched": True}
-    assert "chosen on dev at this very budget" in rate_source(config, matched)
+    assert "chosen on dev at these very settings" in rate_source(config, matched)
     assert "read here on purpose" in rate_source(config, {**matched, "rates_matched": False})
     config["train"]["lr"] = 0.002
-    assert rate_source(config) == "Set in the config: train.lr = 0.002, the same for every rule and depth"
+    assert rate_source(config) == "Set in the config: train.lr = 0.002, the same for every cell"
 
 
 def _steps(rule="select", depth=2, seeds=(0, 1)) -> pd.DataFrame:

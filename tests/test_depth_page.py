@@ -270,7 +270,7 @@ def test_the_rates_each_rule_and_depth_trained_at_are_shown_with_where_they_came
         assert rates.loc[rates["rule"] == r.rule, label].item() == f"{r.lr:.3g}"
     # The tiny run sets its rate in the config: said so, with the number (no table was read).
     lr = rows["lr"].iloc[0]
-    assert any(f"Set in the config: train.lr = {lr:g}, the same for every rule and depth" in c.value
+    assert any(f"Set in the config: train.lr = {lr:g}, the same for every cell" in c.value
                for c in at.caption)
     # The results table keeps the rate beside each cell too.
     assert "lr" in _table(at, "val_loss").columns
@@ -498,7 +498,7 @@ def test_two_budgets_are_never_pooled_and_each_is_judged_apart(budgets_home, mon
     home, (short, long) = budgets_home
     monkeypatch.setenv("EMALAB_HOME", str(home))
     at = _page()
-    # The budget axis reads every finished run, whichever are picked (the newest config by default).
+    # The budget axis reads every finished run, whichever are picked (by default the config with the most runs, the newest of those tied).
     assert at.multiselect(key="depth_runs").value == [long]
     table = _table(at, "tokens per model")
     every = depth_results([short, long])
@@ -522,7 +522,8 @@ def test_two_budgets_are_never_pooled_and_each_is_judged_apart(budgets_home, mon
         assert r.mean == pytest.approx(rows.loc[(rows["rule"] == r.rule) & (rows["depth"] == r.depth),
                                                 "val_loss"].mean())
     # The long budget's rates: another budget's table, and the page says it was read on purpose.
-    assert any("From the `quick` rate table: rates chosen at the quick budget, read here on purpose" in c.value
+    assert any("From the `quick` rate table: rates chosen on dev at other settings (300 cosine steps of 8 × 128 tokens), read "
+               "here on purpose" in c.value
                for c in at.caption)
     text = _text(at)
     assert "#### At 192 tokens per model" in text and "#### At 1,536 tokens per model" in text

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.lm.rates import AUTO_LR, resolve_lr
+from ema_core.studies.content.rates import TABLES as RATE_TABLES
 from ema_core.lm.sizes import ModelChoice, build_model, param_count, spen_config
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.token_classes import BANDS, CLASSES, SPLITS
@@ -17,6 +17,9 @@ from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, batch_at, eval
 V = 64
 # A small model of each kind: the tiny size narrowed further, so a test trains in seconds.
 SMALL = dict(d_model=32, n_layers=2, n_heads=2, d_ff=96)
+
+# The content study's rates by size and model, as its tables hold them (a table per size).
+AUTO_LR = {t.name: t.rates for t in RATE_TABLES}
 
 
 @pytest.fixture(autouse=True)
@@ -208,10 +211,13 @@ def test_train_lr_auto_is_kept_by_the_config_and_resolved_by_the_run():
     assert (cfg.lr, build_config("content", preset="quick").lr) == (AUTO_LR["tiny"]["gpt"], AUTO_LR["tiny"]["spen"])
     assert build_config("content", preset="quick", overrides={"lr": 1e-3}).lr == 1e-3  # a number is itself
     # A model and size with no chosen rate is refused with the config, naming them, never trained at another rate.
-    with pytest.raises(ValueError, match="^train.lr: auto, but no rate was chosen for model gpt at size small .*size tiny"):
+    with pytest.raises(ValueError, match=r"^train.lr: auto, but no rates were chosen at these settings \(tiny: size "
+                                         r"'tiny' there, 'small' here; micro: size 'micro' there, 'small' here\)"):
         build_config("content", preset="quick", overrides={"model": "gpt", "size": "small"})
-    with pytest.raises(ValueError, match="model spen at size paper"):
-        resolve_lr("spen", "paper", "auto")
+    # The rates bind by size: a longer budget at tiny reads tiny's, and the run records that they were
+    # chosen at other settings.
+    quick, long = (build_config("content", preset=p).rate_table() for p in ("quick", "long"))
+    assert (quick.table.name, quick.matched, long.table.name, long.matched) == ("tiny", True, "tiny", False)
     # The loop itself trains at a number only: "auto" must have been resolved for a model first.
     with pytest.raises(ValueError, match="resolve train.lr=auto first"):
         train_lm(_model("gpt"), _streams(), _cfg(lr="auto"), seed=0)
@@ -228,6 +234,7 @@ def test_a_run_at_train_lr_auto_trains_at_the_chosen_rate_records_it_and_resumes
     rep.stop_after_checkpoints = None
     s = REGISTRY["content"].run(cfg, rep)["summary"]  # resumes: the stored config is recognised as this one
     assert (s["lr"], s["lr_auto"]) == (AUTO_LR["tiny"]["gpt"], True)
+    assert (s["rate_table"], s["rates_matched"]) == ("tiny", False)  # 4 steps, not the 300 it was chosen at
     logged = [m["train/lr"] for _, m in rep.events if "train/lr" in m]
     assert len(logged) == 4 and max(logged) == pytest.approx(AUTO_LR["tiny"]["gpt"])  # the peak, after warm-up
 

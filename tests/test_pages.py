@@ -7,6 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from finished_run import run_in_process
+from ema_core.studies.content.rates import TABLES as CONTENT_RATES
 from jobs.runner import LocalRunner
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -59,12 +60,11 @@ def test_quick_reproduction_launches_every_kind_and_both_language_models(home, r
     assert sorted(cfg["model"] for cfg in lm) == ["gpt", "spen"]
     # The two differ in the model only: same data, tokenizer, budget and seed, and train.lr=auto (each
     # model trains at its own rate, chosen on dev, which the run resolves and records).
-    from ema_core.lm.rates import AUTO_LR
-
     assert {**lm[0], "model": None} == {**lm[1], "model": None} and lm[0]["train"]["lr"] == "auto"
     for cfg in lm:
         assert cfg == build_config("content", preset="quick", overrides={"model": cfg["model"]}).model_dump()
-    assert AUTO_LR["tiny"]["spen"] != AUTO_LR["tiny"]["gpt"]
+    tiny = next(t for t in CONTENT_RATES if t.name == "tiny")
+    assert tiny.rates["spen"] != tiny.rates["gpt"]
     for kind, cfg, _ in registered:
         if kind != "content":
             assert cfg == build_config(kind, preset="quick").model_dump()

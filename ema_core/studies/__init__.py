@@ -8,7 +8,8 @@ that declares it.  The models and tasks several studies share stay in the librar
 own, is ``store/<name>.py`` (SQL lives in the store, and nothing here imports DuckDB).
 
 Everything that lists studies iterates :data:`STUDIES`: the experiment registry (CLI choices, the
-Jobs page, the runner), the store's tables and exports, the scoreboard, and the pages' navigation.
+Jobs page, the runner), the store's tables and exports, the scoreboard, the learning rates chosen on
+dev (``emalab rates``), and the pages' navigation.
 Adding a study is its folder and one entry in :data:`NAMES` (``docs/architecture.md``).
 
 Importing this module is light (no torch): each study's ``__init__`` names its experiment modules,
@@ -62,6 +63,9 @@ class Study:
     # Result tables that need no SQL of their own (:class:`ema_core.protocol.ResultTable`): the store
     # makes them, fills them from a run's result, groups them across seeds and offers them for export.
     tables: tuple[ResultTable, ...] = ()
+    # The module of its folder whose ``TABLES`` are its learning rates chosen on dev
+    # (:class:`ema_core.rates.RateTable`), read where a config says ``auto``; "" where it chooses none.
+    rates: str = ""
 
     @property
     def module(self) -> str:
@@ -79,6 +83,10 @@ class Study:
     def experiment_modules(self) -> list[str]:
         """Its experiment modules, by dotted name (importing them loads torch: the registry's business)."""
         return [f"{self.module}.{m}" for m in self.experiments.values()]
+
+    def rate_tables(self) -> tuple:
+        """Its rate tables (:class:`ema_core.rates.RateTable`), read from its folder each time (light: no torch)."""
+        return importlib.import_module(f"{self.module}.{self.rates}").TABLES if self.rates else ()
 
     @property
     def page(self) -> str | None:

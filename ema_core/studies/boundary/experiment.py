@@ -37,14 +37,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.studies.boundary.tasks import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
                                exclusion_floor, make_data, mqar_fits, task_seed)
 from ema_core.studies.boundary.findings import TASKS, TaskName
-from ema_core.studies.boundary.rates import table_rate, table_refusal
+from ema_core.rates import resolve
+from ema_core.studies.boundary import rates as rate_tables
 from ema_core.cells import (Device, cell_device, grid_axis, one_thread, run_cells, run_parallel, run_serial,
                              stop_requested)
 from ema_core.config import seed_field
 from ema_core.mixers import MIXER_NAMES, MixerName
 from ema_core.mixers.causality import check_causal
 from ema_core.mixers.model import MixerNet
-from ema_core.protocol import Reporter, study_experiment
+from ema_core.protocol import Experiment, Reporter
 from ema_core.studies.boundary import KIND
 
 # 2: a cell's checkpointed outcome holds its row and its dev curve (1 held the row alone); 3: the
@@ -251,9 +252,9 @@ class BoundaryConfig(BaseModel):
                 raise ValueError(f"mqar_pairs: at most {keys} pairs, the keys of data.mqar_vocab "
                                  f"({self.data.mqar_vocab}), got {max(self.mqar_pairs)}")
         if self.train.lr_choice == "table":
-            refusal = table_refusal(self.model_dump(mode="json"))
-            if refusal:
-                raise ValueError(f"train.lr_choice: {refusal} (train.lr_choice=dev)")
+            # Refused here, before a run folder exists: a table chosen at other settings is not read.
+            resolve(rate_tables.TABLES, self.model_dump(mode="json"), what="train.lr_choice: table",
+                    instead="choose on dev at these (train.lr_choice=dev)")
         return self
 
 
@@ -462,7 +463,10 @@ def run_cell(cfg: BoundaryConfig, mixer: str, d: Difficulty, seed: int, width: i
     init = task_seed(seed, "model", mixer, d.task, d.label) % 2**31
     trainers = []
     # The table's rate where it has one; a cell it has none for chooses on dev, as lr_choice=dev does.
-    tabled = table_rate(mixer, d.task, width) if cfg.train.lr_choice == "table" else None
+    tabled = None
+    if cfg.train.lr_choice == "table":
+        key = rate_tables.rate_key(mixer, d.task, width)
+        tabled = resolve(rate_tables.TABLES, cfg.model_dump(mode="json"), [key]).rates.get(key)
     rates = cfg.train.lrs if tabled is None else (tabled,)
     for lr in rates:
         # every rate starts from the same initial weights and sees the same minibatches
@@ -550,8 +554,8 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = study_experiment(
-    __name__,
+EXPERIMENT = Experiment(
+    kind=KIND, presets=PRESETS, run=run, headline=headline,
     config_cls=BoundaryConfig,
     description="Every context mixer on structure and content tasks at controlled distances (the boundary map).",
     one_click=False,  # about 12 minutes on 2 cores (a long job): launched from its page, not with the paper's quick reproduction

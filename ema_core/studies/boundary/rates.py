@@ -10,21 +10,25 @@ Seeds 20–25 shaped no claim and are never ones a claim is confirmed on.  On MQ
 width (recall against state trains each mixer at several), elsewhere per (mixer, task), over every ρ
 and distance.
 
-The table holds for the settings it was chosen at (:data:`TUNED_FOR`): a config that asks for it at
-another body, budget, length or grid of rates is refused (choose on dev there, ``train.lr_choice=dev``).
-A cell the table has no rate for (a mixer of one's own, a task it was not made on) chooses on dev
-among ``train.lrs`` in the cell, as ``lr_choice=dev`` does: its row's rate says which it kept.
+The table holds for the settings it was chosen at (``tuned_for``, every one binding, and a model setting
+it does not record differs too): a config that asks for it at another body, budget, length or grid of
+rates is refused (choose on dev there, ``train.lr_choice=dev``).  A cell the table has no rate for (a
+mixer of one's own, a task it was not made on) chooses on dev among ``train.lrs`` in the cell, as
+``lr_choice=dev`` does (``missing="dev"``): its row's rate says which it kept.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from ema_core.rates import RateTable
+
+SWEEP = "python -m bench.boundary_rates"
 
 # What a cell's best rate depends on: the body, the budget, the rates tried, the data's sizes.  The
-# table records their values (TUNED_FOR); seeds, workers, the device and which cells run do not count.
+# table records their values (``tuned_for``; bench.boundary_rates reads them with
+# :func:`ema_core.rates.settings_at`); seeds, workers, the device and which cells run do not count.
 TUNED_PATHS = ("model.", "train.steps", "train.mqar_steps", "train.batch", "train.warmup", "train.lrs",
                "data.seq_len", "data.n_train", "data.mqar_vocab", "data.words_per_category", "data.lag_vocab")
 # The settings the table was chosen at, by dotted path (a config's model_dump, flattened).
-TUNED_FOR: dict[str, Any] = {
+_TUNED_FOR = {
     'data.lag_vocab': 64,
     'data.mqar_vocab': 256,
     'data.n_train': 16384,
@@ -45,7 +49,7 @@ TUNED_FOR: dict[str, Any] = {
 }
 
 # "mixer|task" -> rate, and "mixer|mqar|width" -> rate on MQAR.
-RATES: dict[str, float] = {
+_RATES = {
     'decay_linear_attn|agree_content4': 0.0075,
     'decay_linear_attn|agree_structure': 0.015,
     'decay_linear_attn|lag_identity': 0.0075,
@@ -109,48 +113,20 @@ RATES: dict[str, float] = {
     'window_k|mqar|64': 0.015,
 }
 # Where the table came from, said wherever it is used.
-SOURCE = ("python -m bench.boundary_rates --preset quick --seed 20 (commit 5ca6ba5, 101 cells, 3518 s on 2 cores); "
-          "its agreement tasks again at ρ 0, 0.5, 0.9 (--set tasks=agree_structure,agree_content4: 60 cells, 637 s); "
-          "softmax on MQAR at dev seeds 21–25, by the worst seed (--seed 21 22 23 24 25 --set mixers=softmax "
-          "--set tasks=mqar: 267 s)")
+_SOURCE = (f"{SWEEP} --preset quick --seed 20 (commit 5ca6ba5, 101 cells, 3518 s on 2 cores); "
+           "its agreement tasks again at ρ 0, 0.5, 0.9 (--set tasks=agree_structure,agree_content4: 60 cells, 637 s); "
+           "softmax on MQAR at dev seeds 21–25, by the worst seed (--seed 21 22 23 24 25 --set mixers=softmax "
+           "--set tasks=mqar: 267 s)")
 
 
-def rate_key(mixer: str, task: str, width: int) -> str:
-    return f"{mixer}|{task}|{width}" if task == "mqar" else f"{mixer}|{task}"
+TABLES: tuple[RateTable, ...] = (
+    RateTable(name="quick", cell=("mixer", "task", "width"), rates=_RATES, tuned_for=_TUNED_FOR, sweep=SWEEP,
+              source=_SOURCE, unrecorded=("model.",), missing="dev",
+              budget="400 steps (MQAR 1,000) of 32 sequences of 32 tokens"),
+)
 
 
-def flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config dump as {dotted path: value}, tuples as lists (as JSON has them)."""
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flat(value, f"{path}."))
-        else:
-            out[path] = list(value) if isinstance(value, tuple) else value
-    return out
-
-
-def tuned_for(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of TUNED_PATHS in a config's model_dump (a path ending in "." is a whole section)."""
-    return {path: value for path, value in flat(settings).items()
-            if any(path.startswith(p) if p.endswith(".") else path == p for p in TUNED_PATHS)}
-
-
-def table_refusal(settings: Mapping[str, Any]) -> str | None:
-    """Why the table cannot serve a config (its model_dump), or None where it can: a setting it was not
-    chosen at."""
-    if not RATES:
-        return "the rate table is empty (python -m bench.boundary_rates fills it); choose on dev"
-    got = flat(settings)
-    differ = [f"{path} = {got.get(path)!r} (the table's: {want!r})" for path, want in TUNED_FOR.items()
-              if got.get(path) != want]
-    if differ:
-        return f"the rate table was chosen at other settings: {'; '.join(differ[:3])}; choose on dev at these"
-    return None
-
-
-def table_rate(mixer: str, task: str, width: int) -> float | None:
-    """The table's rate for a cell, or None where it has none (a mixer of one's own, a task the table
-    was not made on): that cell chooses on dev among ``train.lrs``, as ``lr_choice=dev`` does."""
-    return RATES.get(rate_key(mixer, task, width))
+def rate_key(mixer: str, task: str, width: int) -> tuple:
+    """A cell's key in the table: (mixer, task), and on MQAR its width too (recall against state trains
+    each mixer at several widths)."""
+    return (mixer, task, width) if task == "mqar" else (mixer, task)

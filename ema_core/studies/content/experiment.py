@@ -30,14 +30,15 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from ema_core.config import seed_field
 from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.ngram import COPY_MIX, DEV_FRACTION, baseline_evaluations, copy_mix_evaluation
-from ema_core.lm.rates import AUTO, resolve_lr
 from ema_core.lm.sizes import ModelChoice, build_model
 from ema_core.lm.tokenizer import tokenizer_json
 from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, weights_bytes
 from ema_core.lm.token_classes import SPLITS
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, evaluate, init_distributed, train_lm
-from ema_core.protocol import Reporter, StoredConfig, moved_into_groups, study_experiment
+from ema_core.protocol import Experiment, Reporter, StoredConfig, moved_into_groups
+from ema_core.rates import AUTO, Resolved, resolve
 from ema_core.studies.content import KIND
+from ema_core.studies.content import rates as rate_tables
 
 # What the ``partition`` column of ``lm_token_classes`` calls each of train.CLASS_SPLITS.
 PARTITIONS = {s.key: s.partition for s in SPLITS}
@@ -63,7 +64,14 @@ class LMConfig(ModelChoice):
     @property
     def lr(self) -> float:
         """The peak rate this run trains at: ``train.lr``, or for "auto" the rate chosen for its model and size."""
-        return resolve_lr(self.model, self.size, self.train.lr)
+        return float(self.train.lr) if self.train.lr != AUTO else self.rate_table().rates[(self.model,)]
+
+    def rate_table(self) -> Resolved | None:
+        """What "auto" reads (:mod:`ema_core.studies.content.rates`): its size's table, this model's rate in it,
+        and whether the table was chosen at these settings (None for a numeric ``train.lr``)."""
+        if self.train.lr != AUTO:
+            return None
+        return resolve(rate_tables.TABLES, self.model_dump(mode="json"), [(self.model,)])
 
     @field_validator("device")
     @classmethod
@@ -78,14 +86,14 @@ class LMConfig(ModelChoice):
     def _rate_chosen(self) -> "LMConfig":
         # "auto" stays in the config (SPEN and the GPT at their own rates are one setting); a model and
         # size with no chosen rate is refused here, before a run folder exists.
-        resolve_lr(self.model, self.size, self.train.lr)
+        self.rate_table()
         return self
 
 
 PRESETS: dict[str, dict] = {
     # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
     # (0.6M training tokens, under one pass over the five novels).
-    # Each model at its own rate, chosen on dev (ema_core.lm.rates), then the warm-up at those rates, also on
+    # Each model at its own rate, chosen on dev (ema_core.studies.content.rates), then the warm-up at those rates, also on
     # dev: both models chose the longest swept, 200 of the 300 steps (docs/benchmarks.md).
     "quick": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 300,
               "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 50, "train.eval_tokens": 16_384,
@@ -189,6 +197,7 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
     if final:
         reporter.progress(1.0, "mixing a copy of the window into the model's predictions")
         baselines[COPY_MIX] = _copy_mix(model, streams, final, cfg.train, device)
+    table = cfg.rate_table()
     summary = {
         "model": cfg.model,
         "predictor": cfg.predictor if cfg.model == "spen" else None,
@@ -196,9 +205,12 @@ def _run(cfg: LMConfig, reporter: Reporter, t_start: float) -> dict:
         # The GPT is sized to the SPEN of the same settings: which one, so that its size is explained.
         "matched_to": None if cfg.model == "spen" else f"spen/{cfg.predictor}/{cfg.attn_input}",
         "size": cfg.size,
-        # The rate it trained at, and whether the config left the choice to ema_core.lm.rates ("auto").
+        # The rate it trained at, whether the config left the choice to a rate table ("auto"), which
+        # table, and whether it was chosen at these settings (False: the longer budgets at tiny).
         "lr": cfg.lr,
         "lr_auto": cfg.train.lr == AUTO,
+        "rate_table": table.table.name if table else None,
+        "rates_matched": table is not None and table.matched,
         "params": params,
         "tokens": out["tokens"],
         # The training split's size: tokens ÷ train_tokens is the passes over it (the growth fit's first pass).
@@ -280,8 +292,8 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = study_experiment(
-    __name__,
+EXPERIMENT = Experiment(
+    kind=KIND, presets=PRESETS, run=run, headline=headline,
     config_cls=LMConfig,
     description="A language model on real text: SPEN (EMA traces only, a predictor ablation) or the same-size GPT.",
     identity=("model", "predictor", "attn_input", "data.corpus"),

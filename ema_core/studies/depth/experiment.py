@@ -7,7 +7,7 @@ per byte and probes what its last block's stream still holds (:mod:`ema_core.dep
 trained model and on the same model at its initialisation.  At one (depth, seed) every rule starts
 from the same body (the same draws for every block) and sees the same batches: rules differ only in
 how the stream adds its blocks up.  Each (rule, depth) trains at its own rate, chosen on dev
-(:mod:`ema_core.depth.rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
+(:mod:`ema_core.studies.depth.rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
 the mixing weights of ``remix.fitted`` fitted on top.  Cells are independent and a pure function of
 (config, seed, cell): a run resumes cell by cell, and cells train in parallel over ``workers``
 processes (or a cluster's, :mod:`ema_core.cells`).
@@ -42,19 +42,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import seed_field
 from ema_core.depth import RULES, Rule
-from ema_core.depth import rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all
-from ema_core.depth.residual import DepthLMConfig
-from ema_core.depth.residual import DepthLM, depth_weights, mix_entropy, params
+from ema_core.depth.residual import DepthLM, DepthLMConfig, depth_weights, mix_entropy, params
 from ema_core.cells import (Device, cell_device, grid_axis, one_thread, run_cells, run_parallel, run_serial,
                              stop_requested)
 from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.gpt import NORMS
-from ema_core.lm.rates import AUTO, Auto
 from ema_core.lm.train import Streams, TrainConfig, train_lm
 from ema_core.mixers.causality import check_causal
-from ema_core.protocol import Cancelled, NullReporter, Reporter, study_experiment
+from ema_core.rates import AUTO, Resolved, find, resolve
+from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 from ema_core.studies.depth import KIND
+from ema_core.studies.depth import rates as rate_tables
 
 # 2: a cell's outcome holds its weight trajectory and its remixes beside its row and weights.
 CHECKPOINT_FORMAT = 2
@@ -167,26 +166,35 @@ class DepthConfig(BaseModel):
     @model_validator(mode="after")
     def _rates(self) -> "DepthConfig":
         # Refused here, before a run folder exists: auto names a rate per (rule, depth) or none at all.
+        if self.rates_from is not None:
+            try:
+                find(rate_tables.TABLES, self.rates_from)
+            except ValueError as exc:
+                raise ValueError(f"rates_from: {exc}") from None
         if self.train.lr == AUTO:
-            rate_tables.resolve(self.model_dump(mode="json"), self._trained_rules(), self.depths, self.rates_from)
+            self._auto([(r, L) for r in self._trained_rules() for L in self.depths])
         return self
 
     def _trained_rules(self) -> tuple[str, ...]:
         """Every rule a model is trained or fitted with: the grid's, and the remix's where sum is in it."""
         return tuple(dict.fromkeys((*self.rules, *(self.remix.fitted if "sum" in self.rules else ()))))
 
-    def rate_table(self) -> str | None:
-        """The table "auto" reads (None for a numeric ``train.lr``)."""
-        if self.train.lr != AUTO:
-            return None
-        return rate_tables.resolve(self.model_dump(mode="json"), (), (), self.rates_from)[0]
+    def _auto(self, cells) -> Resolved:
+        return resolve(rate_tables.TABLES, self.model_dump(mode="json"), cells, read=self.rates_from,
+                       instead="set train.lr to a number, or rates_from to a table's name to read its rates here "
+                               "on purpose")
+
+    def rate_table(self) -> Resolved | None:
+        """What "auto" reads: the table, and whether it was chosen at this config's settings (None for a
+        numeric ``train.lr``)."""
+        return None if self.train.lr != AUTO else self._auto(())
 
     def lr(self, rule: str, depth: int) -> float:
         """The peak rate ``rule`` trains at with ``depth`` blocks: ``train.lr``, or for "auto" the rate chosen
-        for that (rule, depth) on dev (:mod:`ema_core.depth.rates`)."""
+        for that (rule, depth) on dev (:mod:`ema_core.studies.depth.rates`)."""
         if self.train.lr != AUTO:
             return float(self.train.lr)
-        return rate_tables.resolve(self.model_dump(mode="json"), (rule,), (depth,), self.rates_from)[1][rule, depth]
+        return self._auto([(rule, depth)]).rates[rule, depth]
 
 
 def model_config(cfg: DepthConfig, rule: str, depth: int, vocab: int):
@@ -435,8 +443,8 @@ def summarise(cfg: DepthConfig, rows: list[dict], seconds: float, vocab: int, re
         "lr_auto": cfg.train.lr == AUTO,
         # Which table auto read, and whether it was chosen at this very budget (False: read on purpose
         # at another, as the long preset reads the quick one).
-        "rate_table": table,
-        "rates_matched": table is not None and not rate_tables.differences(table, cfg.model_dump(mode="json")),
+        "rate_table": table.table.name if table else None,
+        "rates_matched": table is not None and table.matched,
         "seeds": cfg.seeds,
         "vocab_size": vocab,
         "tuned_on": "dev",
@@ -519,8 +527,8 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = study_experiment(
-    __name__,
+EXPERIMENT = Experiment(
+    kind=KIND, presets=PRESETS, run=run, headline=headline,
     config_cls=DepthConfig,
     description="Dilution in depth: language models whose residual stream sums, weighs or selects its blocks, "
                 "at several depths.",

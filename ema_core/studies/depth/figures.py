@@ -15,9 +15,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from ema_core import palette
+from ema_core import palette, rates
 from ema_core.depth import ALL_RULES, RULE_LABELS
-from ema_core.depth import rates as rate_tables
+from ema_core.studies.depth import rates as rate_tables
 from ema_core.studies.depth.findings import blocks, by_budget, claim_verdicts, trained_deep
 from ema_core.dilution import rate_label
 from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH,
@@ -25,7 +25,6 @@ from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD
                               with_layout)
 from ema_core.studies.dilution.figures import (HORIZON_DASHES, HORIZON_KINDS, SIR_CLIP_DB, WEIGHT_FLOOR, feature_color,
                                                horizon_rows)
-from ema_core.lm.rates import AUTO
 
 # -- the explorer --------------------------------------------------------------------------------------
 
@@ -411,30 +410,9 @@ def rates_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return table.rename_axis("rule").reset_index()
 
 
-def _table_tokens(name: str) -> int:
-    tuned = rate_tables.TABLES[name]["tuned_for"]
-    return tuned["train.steps"] * tuned["train.batch"] * tuned["train.seq_len"]
-
-
 def rate_source(config: dict, summary: dict | None = None) -> str:
-    """Where one config's rates came from, in words: set in the config, or the rate table ``auto`` read
-    and whether it was chosen at this config's budget.  The run's own record of it (its summary's
-    ``rate_table`` and ``rates_matched``) where it has one, else read from the config."""
-    lr = (config.get("train") or {}).get("lr")
-    if lr != AUTO:
-        return (f"Set in the config: train.lr = {lr:g}, the same for every rule and depth"
-                if isinstance(lr, (int, float)) else "Not recorded by these runs")
-    summary = summary or {}
-    name = summary.get("rate_table") or config.get("rates_from") or rate_tables.matching_table(config)
-    if name not in rate_tables.TABLES:
-        return (f"From the rate table {name!r}, which this code no longer holds" if name
-                else "From a rate table not recorded")
-    matched = summary["rates_matched"] if "rates_matched" in summary else not rate_tables.differences(name, config)
-    if matched:
-        source = rate_tables.TABLES[name]["source"]
-        return f"From the `{name}` rate table, chosen on dev at this very budget (`{source}`)"
-    return (f"From the `{name}` rate table: rates chosen at the {name} budget, read here on purpose (that budget is "
-            f"{_table_tokens(name):,} training tokens per model)")
+    """Where one config's rates came from, in words (:func:`ema_core.rates.rate_source` over this study's tables)."""
+    return rates.rate_source(rate_tables.TABLES, config, summary)
 
 
 # -- the weights as they train ---------------------------------------------------------------------------

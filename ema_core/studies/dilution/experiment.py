@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ema_core.config import PAPER_ALPHAS, check_rates, seed_field
 from ema_core.dilution_config import Decoder, StreamConfig, check_decoder_window
-from ema_core.protocol import Cancelled, Reporter, StoredConfig, check_checkpoint, moved_into_groups, study_experiment
+from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint, moved_into_groups
 from ema_core.studies.dilution import KIND
 
 GRID_ALPHAS = (0.5, 0.2, 0.1, 0.05, 0.02)
@@ -341,8 +341,8 @@ def headline(summary: dict) -> str:
     return ""
 
 
-EXPERIMENT = study_experiment(
-    __name__,
+EXPERIMENT = Experiment(
+    kind=KIND, presets=PRESETS, run=run, headline=headline,
     config_cls=DilutionSweepConfig,
     description="Identity decoding from EMA traces over a grid of rates and lags (decoders trained by Adam).",
     # Runs made before configs were nested: the stream's and the training's settings were flat.

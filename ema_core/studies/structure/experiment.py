@@ -41,7 +41,7 @@ from ema_core.grammar import (CATEGORIES, N_WORDS, ROLES, STRUCTURES, GrammarCon
                               previous_category, sample_sentences, stream, vocabulary)
 from ema_core.probes import (PROBE_KINDS, accuracy_by_label, apply_control, context_keys, control_labels,
                              fit_probe, window_features)
-from ema_core.protocol import Cancelled, Reporter, StoredConfig, check_checkpoint, moved_into_groups, study_experiment
+from ema_core.protocol import Cancelled, Experiment, Reporter, StoredConfig, check_checkpoint, moved_into_groups
 from ema_core.spcn import FEATURE_SETS, SPCN, SPCNConfig, SPCNState
 # The study's names (with the verdict rule and the findings) live in a module without torch, which
 # the store reads on every page load.
@@ -455,8 +455,8 @@ def headline(summary: dict) -> str:
     return " · ".join(parts)
 
 
-EXPERIMENT = study_experiment(
-    __name__,
+EXPERIMENT = Experiment(
+    kind=KIND, presets=PRESETS, run=run, headline=headline,
     config_cls=StructureConfig,
     description="Grammatical roles: SPCN traces (Hebbian, zero labels) probed per role against a supervised BiGRU.",
     # Runs made before configs were nested: the grammar's, SPCN's and the BiGRU's settings were flat.
