@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, NamedTuple, TypeVar
 
@@ -13,6 +14,7 @@ from ema_core.rundir import RESUMABLE_STATES, emalab_home
 from ema_core.studies import STUDIES
 from jobs.runner import LocalRunner, existing_run, next_free_seed
 from store import StorageError, StoreError, config_id, config_without_seed, ingest
+from store.scoreboard import span_of
 
 T = TypeVar("T")
 
@@ -215,22 +217,30 @@ def _set_state(key: str, value: object) -> None:
 
 
 def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], object],
-              within: Callable[[str], tuple], *, format_func: Callable[[str], str], key: str) -> list[str]:
-    """The finished runs a results page shows: a multiselect, every run of the newest group by default.
+              within: Callable[[str], tuple], *, seeds_of: Callable[[str], Iterable], format_func: Callable[[str], str],
+              key: str) -> list[str]:
+    """The finished runs a results page shows: a multiselect, by default every run of the group with the
+    most seeds (then the most runs, then the newest), as the Overview's scoreboard judges.
 
     A group is what mean ± std may pool (a config across seeds, comparable settings across
     variants).  ``run_ids`` come newest first, as the store lists them, so groups are offered newest
-    first; ``within`` orders a group's runs.  A remembered pick that names a run no longer in the
+    first; ``within`` orders a group's runs, and ``seeds_of`` names the seeds a run holds (a grid run may
+    hold several).  A one-seed run launched after a three-seed group is
+    offered first but not picked: a finished run's link (``?<key>=id``) picks it.  A remembered pick that names a run no longer in the
     store falls back to the default.  The pick lives in the URL too (``?<key>=id1,id2``, see
     :func:`from_url`): a reload or a shared link picks the same runs, less any that left the store.
     """
     run_ids = list(run_ids)
     rank = {g: i for i, g in enumerate(dict.fromkeys(group_of(r) for r in run_ids))}
     options = sorted(run_ids, key=lambda r: (rank[group_of(r)], *within(r)))
-    newest = group_of(options[0])
+    seeds: dict[object, set] = {}
+    for r in options:
+        seeds.setdefault(group_of(r), set()).update(seeds_of(r))
+    size = Counter(group_of(r) for r in options)
+    largest = min(rank, key=lambda g: (-len(seeds[g]), -size[g], rank[g]))
     if any(r not in options for r in st.session_state.get(key, [])):
         del st.session_state[key]  # a run left the store: fall back to the default
-    default = None if from_url(key, options, many=True) else [r for r in options if group_of(r) == newest]
+    default = None if from_url(key, options, many=True) else [r for r in options if group_of(r) == largest]
     picked = st.multiselect(label, options, default=default, format_func=format_func, key=key)
     to_url(key, picked)
     return picked
@@ -245,9 +255,15 @@ def pick_config_seeds(done, kind: str, label: str, key: str, launch_section: Cal
     configs = {r.run_id: json.loads(r.config) if r.config else None for r in done.itertuples()}
     cid = {run_id: config_id(kind, cfg) for run_id, cfg in configs.items()}
     seed_of = dict(zip(done["run_id"], done["seed"]))
+
+    def _seeds(r: str) -> range | tuple:
+        # A grid study's run holds several seeds from its first, counted as the scoreboard counts them.
+        first = seed_of[r]
+        return () if pd.isna(first) else range(int(first), int(first) + span_of(configs[r]))
+
     picked = pick_runs(
         label, done["run_id"], cid.get,
-        lambda r: (pd.isna(seed_of[r]), seed_of[r] if pd.notna(seed_of[r]) else 0, r),
+        lambda r: (pd.isna(seed_of[r]), seed_of[r] if pd.notna(seed_of[r]) else 0, r), seeds_of=_seeds,
         format_func=lambda r: f"seed {seed_of[r]} · config {cid[r]} · {r}", key=key,
     )
     if not picked:

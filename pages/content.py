@@ -9,10 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.palette import LM_VARIANTS
+from ema_core.rates import rate_source
 from ema_core.studies.content.figures import (SMOOTHING, lm_ablation_chart, lm_ablation_frame, lm_curve_chart,
                                               lm_curve_frame)
 from ema_core.studies.content.findings import (HEADLINE_RULE, VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_score,
                                                ablation_verdict, headline_score, headline_verdict)
+from ema_core.studies.content.rates import TABLES as RATE_TABLES
 from ema_core.studies.content.shared import (ATTN_INPUT_LABELS, PAPER_GPT_PPL, PAPER_RATIO, PAPER_SPEN_PPL,
                                              lm_variant_label)
 from pages._content_gap import gap_section, mean_std_columns, verdict_cell
@@ -63,10 +65,11 @@ done["variant"] = [lm_variant_label(*k) for k in zip(done["model"], done["predic
 info = done.set_index("run_id")
 # Newest comparable group first (lm_runs is newest first), then variants in their order, then seeds.
 picked = pick_runs(
-    "Runs (default: every variant and seed of the newest comparable settings)", done["run_id"],
+    "Runs (default: every variant and seed of the comparable settings with the most seeds)", done["run_id"],
     lambda r: info.at[r, "group_id"],
     lambda r: (VARIANT_RANK.get(info.at[r, "variant"], len(VARIANT_RANK)), info.at[r, "variant"],
                info.at[r, "seed"], r),
+    seeds_of=lambda r: (info.at[r, "seed"],),
     format_func=lambda r: f"{info.at[r, 'variant']} · seed {info.at[r, 'seed']} · settings {info.at[r, 'group_id']}",
     key="content_runs",
 )
@@ -90,7 +93,8 @@ with st.expander("Settings the runs share (besides model, predictor, attention i
             part = sel[sel["group_id"] == g]
             rates = [f"{model.upper()} {', '.join(f'{lr:g}' for lr in sorted(part.loc[part['model'] == model, 'lr'].dropna().unique()))}"
                      for model in sorted(part["model"].dropna().unique())]
-            st.caption(f"Settings {g}: `train.lr = auto`, each model at the rate chosen for it — {'; '.join(rates)}.")
+            st.caption(f"Settings {g}: `train.lr = auto`, each model at the rate chosen for it — {'; '.join(rates)}. "
+                       f"{rate_source(RATE_TABLES, config)}.")
 
 # -- curves --------------------------------------------------------------------------------------------
 st.subheader("Validation curves")

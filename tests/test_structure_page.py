@@ -82,7 +82,7 @@ def test_launch_submits_one_run_per_seed(empty_home, registered):
 
 def test_runs_of_several_seeds_draw_bars_with_error_bars(runs):
     at = _page()
-    assert at.multiselect(key="structure_runs").value == runs  # every seed of the newest config
+    assert at.multiselect(key="structure_runs").value == runs  # every seed of the config with the most
     assert any("3 run(s) · seeds 0, 1, 2" in c.value for c in at.caption)
     (roles_spec, roles), (control_spec, control) = _charts(at)
     assert roles_spec["facet"]["column"]["field"] == "group"
