@@ -85,8 +85,6 @@ def runs(content_home, monkeypatch):
     return run_ids
 
 
-
-
 # -- the smoothing helper -----------------------------------------------------------------------------
 
 def test_smooth_ema_is_the_plain_recursion():
@@ -155,7 +153,10 @@ def test_curves_draw_one_mean_line_per_variant(runs):
     assert at.multiselect(key="content_runs").value == runs  # every variant and seed, in variant order
     assert any("12 run(s) · 4 variant(s) · seeds 0, 1, 2" in c.value for c in at.caption)
     # The quick preset's train.lr=auto: one group, and the rate each model recorded having trained at.
-    assert any("`train.lr = auto`" in c.value and "GPT 0.003; SPEN 0.01" in c.value for c in at.caption)
+    auto = next(c.value for c in at.caption if "`train.lr = auto`" in c.value)
+    assert "GPT 0.003; SPEN 0.01" in auto
+    # ... and where those rates came from: tiny's table, chosen at the quick budget, not these runs' few steps.
+    assert "From the `tiny` rate table: rates chosen on dev at other settings" in auto and "train.steps 300 there" in auto
     spec, data = _curves(at)
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "line"]  # faint seeds, then means
     means = data[data["line"] == "mean"]
