@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ema_core.experiments import NullReporter, build_config, get_experiment
-from finished_run import write_finished_run
-from runcache import trained
-from store import ingest
+from finished_run import real_run, write_and_ingest
 
 KIND = "boundary"
 MIXERS = ("window_k", "ema", "softmax")
@@ -28,21 +25,9 @@ TINY = {"mixers": ",".join(MIXERS), "distances": "1,8", "redundancy": "0,1", "mq
 
 
 def _real_run(seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict]:
-    def train():
-        cfg = build_config(KIND, overrides={**TINY, **(overrides or {})}, seed=seed)
-        reporter = NullReporter()
-        result = get_experiment(KIND).run(cfg, reporter)
-        return cfg.model_dump(mode="json"), reporter.events, result
-
-    return trained(KIND, [seed, overrides or {}], train)
+    return real_run(KIND, {**TINY, **(overrides or {})}, seed, [seed, overrides or {}])[:3]
 
 
 def make_boundary_runs(home: Path, seeds=(0,), overrides: dict | None = None) -> list[str]:
     """Finished, ingested boundary runs of one config, one per first seed; their run ids in seed order."""
-    run_ids = []
-    for seed in seeds:
-        cfg, events, result = _real_run(int(seed), overrides)
-        run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result))
-    report = ingest(home, run_ids)
-    assert report["errors"] == [], report["errors"]
-    return run_ids
+    return write_and_ingest(home, KIND, [(seed, (*_real_run(int(seed), overrides), {})) for seed in seeds])

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ema_core.experiments import NullReporter, build_config, get_experiment
-from finished_run import write_finished_run
-from runcache import trained
-from store import ingest
+from finished_run import real_run, write_and_ingest
 
 KIND = "depth"
 SEEDS = 3  # seeds per run: the fewest the rule judges a claim on, so one run is judged
@@ -26,27 +23,11 @@ TINY = {"depths": "1,2", "data.vocab_size": 257, "model.d_model": 32, "model.n_h
         "seeds": SEEDS}
 
 
-def _run(seed: int, overrides: dict) -> tuple[dict, list[tuple[int, dict]], dict]:
-    def train():
-        cfg = build_config(KIND, overrides={**TINY, **overrides}, seed=seed)
-        reporter = NullReporter()
-        result = get_experiment(KIND).run(cfg, reporter)
-        return cfg.model_dump(mode="json"), reporter.events, result
-
-    return trained(KIND, [seed, overrides], train)
-
-
 def tiny_run(seed: int = 0, overrides: dict | None = None) -> tuple[dict, list[tuple[int, dict]], dict]:
     """(config, events, result) of the TINY run at first seed ``seed``: run once, a copy each call."""
-    return _run(int(seed), overrides or {})
+    return real_run(KIND, {**TINY, **(overrides or {})}, int(seed), [int(seed), overrides or {}])[:3]
 
 
 def make_depth_runs(home: Path, seeds=(0,), overrides: dict | None = None) -> list[str]:
     """Finished, ingested depth runs of one config, one per first seed; their run ids in seed order."""
-    run_ids = []
-    for seed in seeds:
-        cfg, events, result = tiny_run(int(seed), overrides)
-        run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result))
-    report = ingest(home, run_ids)
-    assert report["errors"] == [], report["errors"]
-    return run_ids
+    return write_and_ingest(home, KIND, [(seed, (*tiny_run(int(seed), overrides), {})) for seed in seeds])

@@ -1,17 +1,25 @@
 """A finished run folder as a job leaves it (config, events, result, status "done"), for the fixtures.
 
-``write_finished_run`` writes one from a result in hand; ``run_in_process`` runs the job itself through
-the worker's own code (``jobs.worker.run_job``) in this process, so a test that needs a real finished run,
-and not the runner's worker process, starts none.
+``write_finished_run`` writes one from a result in hand, and ``write_and_ingest`` writes several and
+ingests them; ``real_run`` trains one in this process, once per test run (tests/runcache.py), for the
+study fixtures' tiny runs; ``run_in_process`` runs the job itself through the worker's own code
+(``jobs.worker.run_job``) in this process, so a test that needs a real finished run, and not the
+runner's worker process, starts none.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from ema_core.experiments import NullReporter, build_config, get_experiment
 from ema_core.rundir import RunDir, run_id_for
 from jobs.runner import validated_config
 from jobs.worker import run_job
+from runcache import trained
+from store import ingest
+
+# What a fixture's run is: (config, events, result, artifacts), as a run folder holds them.
+Run = tuple[dict, list[tuple[int, dict]], dict, dict]
 
 
 def write_finished_run(home: Path, kind: str, cfg: dict, seed: int, events: list[tuple[int, dict]],
@@ -43,3 +51,26 @@ def run_in_process(home: Path, kind: str, config: dict | None = None, seed: int 
     rd.create(kind, config_json, int(config_json["seed"]), preset=preset)
     assert run_job(rd.run_id, home) == "done", rd.log_path.read_text()
     return rd.run_id
+
+
+def real_run(kind: str, settings: dict, seed: int, key: list, preset: str | None = None) -> Run:
+    """The ``kind`` experiment run in this process at ``settings`` (on ``preset``) and first seed ``seed``:
+    its config, events, result and artifacts.  Trained once per ``(kind, key)`` in a test run, and every
+    caller gets its own copy."""
+    def train() -> Run:
+        cfg = build_config(kind, preset=preset, overrides=settings, seed=seed)
+        reporter = NullReporter()
+        result = get_experiment(kind).run(cfg, reporter)
+        return cfg.model_dump(mode="json"), reporter.events, result, reporter.artifacts
+
+    return trained(kind, key, train)
+
+
+def write_and_ingest(home: Path, kind: str, runs: list[tuple[int, Run]], started: str | None = None) -> list[str]:
+    """Write a finished run folder for each (seed, run) and ingest them all; their run ids, in order."""
+    times = {} if started is None else {"started": started, "ended": started}
+    run_ids = [write_finished_run(home, kind, cfg, seed, events, result, artifacts, **times)
+               for seed, (cfg, events, result, artifacts) in runs]
+    report = ingest(home, run_ids)
+    assert report["errors"] == [], report["errors"]
+    return run_ids

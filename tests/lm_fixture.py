@@ -17,11 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ema_core.experiments import NullReporter, build_config, get_experiment
+from ema_core.experiments import build_config
 from ema_core.studies.content import KIND
-from finished_run import write_finished_run
-from runcache import trained
-from store import ingest
+from finished_run import real_run, write_and_ingest
 
 # The quick preset shrunk to about a second per run: six steps of two 32-token sequences.
 TINY = dict(steps=6, batch=2, seq_len=32, warmup=2, eval_every=2, eval_tokens=256, final_eval_tokens=1024,
@@ -41,15 +39,10 @@ def _spec(spec) -> tuple[str, dict]:
     return (spec, SPECS[spec]) if isinstance(spec, str) else ("custom", dict(spec))
 
 
-def _real_run(variant: dict, seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict, dict]:
-    def train():
-        cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {}), **variant}, seed=seed)
-        reporter = NullReporter()
-        result = get_experiment(KIND).run(cfg, reporter)
-        # its artifacts too (the tokenizer, the trained model): a real run's folder keeps them
-        return cfg.model_dump(mode="json"), reporter.events, result, reporter.artifacts
-
-    return trained(KIND, [variant, seed, overrides or {}], train)
+def _real_run(variant: dict, seed: int, overrides: dict | None):
+    # its artifacts too (the tokenizer, the trained model): a real run's folder keeps them
+    return real_run(KIND, {**TINY, **(overrides or {}), **variant}, seed, [variant, seed, overrides or {}],
+                    preset="quick")
 
 
 def _synthetic_run(name: str, variant: dict, seed: int, overrides: dict | None):
@@ -76,14 +69,10 @@ def make_lm_runs(home: Path, specs=("gpt", "linear", "softmax_tokens"), seeds=(0
     A spec is a name of ``SPECS`` or a dict of model/predictor/attn_input; ``overrides`` change the
     settings on top of ``TINY`` (another budget makes another group of comparable runs).
     """
-    home = Path(home)
-    run_ids = []
+    runs = []
     for spec in specs:
         name, variant = _spec(spec)
         for seed in seeds:
             make = _real_run if real else (lambda v, s, o, n=name: _synthetic_run(n, v, s, o))
-            cfg, events, result, artifacts = make(variant, int(seed), overrides)
-            run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result, artifacts, started, started))
-    report = ingest(home, run_ids)
-    assert report["errors"] == [], report["errors"]
-    return run_ids
+            runs.append((seed, make(variant, int(seed), overrides)))
+    return write_and_ingest(Path(home), KIND, runs, started)

@@ -21,11 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ema_core.experiments import NullReporter, build_config, get_experiment
 from ema_core.grammar import EMBEDDED_STRUCTURES, N_STRUCTURES, ROLES, template
-from finished_run import write_finished_run
-from runcache import trained
-from store import ingest
+from finished_run import real_run, write_and_ingest
 
 KIND = "structure"
 # The quick preset shrunk to seconds per seed; the numbers mean little, the result's shape is real.
@@ -98,31 +95,20 @@ def synthetic_result(seed: int) -> dict:
     return {"summary": summary, "tables": {"probe_accuracy": rows}}
 
 
-def _real_run(seed: int, overrides: dict | None) -> tuple[dict, list[tuple[int, dict]], dict]:
-    def train():
-        cfg = build_config(KIND, preset="quick", overrides={**TINY, **(overrides or {})}, seed=seed)
-        reporter = NullReporter()
-        result = get_experiment(KIND).run(cfg, reporter)
-        return cfg.model_dump(mode="json"), reporter.events, result
-
-    return trained(KIND, [seed, overrides or {}], train)
-
-
 def make_structure_runs(home: Path, seeds=(0, 1), config: dict | None = None, *, real: bool = False) -> list[str]:
     """Finished, ingested structure runs of one config, one per seed; their run ids in seed order.
 
     ``config`` is the synthetic runs' config, or with ``real=True`` overrides of the experiment's
     settings on top of ``TINY``.
     """
-    run_ids = []
+    runs = []
     for seed in seeds:
         if real:
-            cfg, events, result = _real_run(int(seed), config)
+            cfg, events, result, _ = real_run(KIND, {**TINY, **(config or {})}, int(seed), [int(seed), config or {}],
+                                              preset="quick")
         else:
             cfg = {**(config or {"preset": "test", "n_sentences": 200}), "seed": int(seed)}
             events = [(i, {"spcn/pred_error": 1.0 / (i + 1), "bigru/loss": 2.0 / (i + 1)}) for i in range(5)]
             result = synthetic_result(int(seed))
-        run_ids.append(write_finished_run(home, KIND, cfg, seed, events, result))
-    report = ingest(home, run_ids)
-    assert report["errors"] == [], report["errors"]
-    return run_ids
+        runs.append((seed, (cfg, events, result, {})))
+    return write_and_ingest(home, KIND, runs)

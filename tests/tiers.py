@@ -42,7 +42,7 @@ SPAWNS = frozenset({
 # Names whose use trains a model of the project's (the fixtures' real runs, an experiment's run).
 TRAINS = frozenset({
     "get_experiment", "REGISTRY", "make_lm_runs", "make_boundary_runs", "make_depth_runs", "tiny_run",
-    "_real_run",
+    "_real_run", "real_run",
 })
 # The fixture that holds every test to its tier (tests/conftest.py) names the ways of starting a process
 # to refuse them: it starts none.
