@@ -11,7 +11,7 @@ at the end.  It prints:
   accuracy that costs (end choice − half-way choice, mean and worst over the task's cells);
 * **the rate table**: per (mixer, task), and per width on MQAR, the rate whose end-of-training dev
   accuracy, averaged over the cells it covers (every ρ and distance), is best: what
-  ``train.lr_choice=table`` reads (:mod:`ema_core.studies.boundary.rates`), to copy there with the command, the seed and the
+  ``train.lr_choice=table`` reads (:mod:`ema_core.studies.boundary.learning_rates`), to copy there with the command, the seed and the
   commit it ran at.
 
 Given several dev seeds (``--seed 21 22 23``), a cell's score at a rate is its *worst* seed's dev
@@ -30,8 +30,8 @@ from multiprocessing import get_context
 from bench.machine import machine_info
 from bench.report import show
 from ema_core.studies.boundary.tasks import Trainer, accuracy, make_data, task_seed
-from ema_core.rates import settings_at
-from ema_core.studies.boundary.rates import TUNED_PATHS
+from ema_core.learning_rates import settings_at
+from ema_core.studies.boundary.learning_rates import TUNED_PATHS
 from ema_core.experiments import build_config
 from ema_core.studies.boundary.experiment import cell_steps, cells
 from ema_core.cells import one_thread

@@ -18,7 +18,7 @@ seeds a rate scores its worst seed (a rate that diverges on one seed is not chos
 rate.  ``--check-seeds`` trains each (rule, depth)'s best rung and the rung below it on more seeds, and
 keeps the one whose worst seed is lower (where that is the lower rung, the next one down is tried, and
 so on): the search climbs to the edge of stability on its seed, and a rate there may diverge on the
-next.  The choice is what :data:`ema_core.studies.depth.rates.TABLES` holds (docs/benchmarks.md).
+next.  The choice is what :data:`ema_core.studies.depth.learning_rates.TABLES` holds (docs/benchmarks.md).
 """
 from __future__ import annotations
 

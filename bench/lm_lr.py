@@ -128,7 +128,7 @@ def _sweep(preset, models, lrs, warmups, seeds, dev_tokens, steps, overrides) ->
 
 def _preset_lr(preset: str, model: str, overrides: dict | None) -> float | None:
     """The rate the preset trains ``model`` at, or None where it says "auto" and no rate is chosen for its size
-    (the ValueError of ema_core.rates.resolve): the sweep is then what chooses it."""
+    (the ValueError of ema_core.learning_rates.resolve): the sweep is then what chooses it."""
     try:
         return build_config("content", preset=preset, overrides={**(overrides or {}), "model": model}).lr
     except ValueError:

@@ -5,7 +5,7 @@
     emalab export --table NAME --format FORMAT [--runs ID ...] [--grouped] [--out FILE] [--json]
     emalab store migrate|check [--json]
     emalab bench scan|dilution-page [--quick] [--json]
-    emalab rates [--study NAME] [--json]
+    emalab learning-rates [--study NAME] [--json]
 
 With ``--json`` a command prints exactly one JSON object on stdout and nothing else (progress and
 warnings go to stderr), so its output can be piped into another program.  Bad arguments or config
@@ -484,13 +484,14 @@ def _record(bench: str, report: dict, args) -> int:
         return 0
 
 
-# --- rates ----------------------------------------------------------------------------------------
+# --- learning rates -------------------------------------------------------------------------------
 
-# The studies that choose learning rates on dev, each with its tables (ema_core.rates): what `auto` reads.
-RATED = tuple(name for name, study in STUDIES.items() if study.rates)
+# The studies that choose learning rates on dev, each with its tables (ema_core.learning_rates): what
+# `auto` reads.
+RATED = tuple(name for name, study in STUDIES.items() if study.learning_rates)
 
 
-def cmd_rates(args) -> int:
+def cmd_learning_rates(args) -> int:
     studies = [args.study] if args.study else list(RATED)
     report = {"studies": {name: [dataclasses.asdict(t) for t in STUDIES[name].rate_tables()] for name in studies}}
     lines = []
@@ -570,10 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(fn=cmd_bench)
 
-    rates = sub.add_parser("rates", help="the learning rates chosen on dev that train.lr=auto reads, per study")
+    rates = sub.add_parser("learning-rates", help="the learning rates chosen on dev that train.lr=auto reads, per study")
     rates.add_argument("--study", choices=RATED, help="one study's tables (default: every study's)")
     rates.add_argument("--json", action="store_true", help="print one JSON object")
-    rates.set_defaults(fn=cmd_rates)
+    rates.set_defaults(fn=cmd_learning_rates)
     return p
 
 

@@ -9,12 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from ema_core.palette import LM_VARIANTS
-from ema_core.rates import rate_source
+from ema_core.learning_rates import rate_source
 from ema_core.studies.content.figures import (SMOOTHING, lm_ablation_chart, lm_ablation_frame, lm_curve_chart,
                                               lm_curve_frame)
 from ema_core.studies.content.findings import (HEADLINE_RULE, VERDICT_K, VERDICT_RULE, AblationVerdict, ablation_score,
                                                ablation_verdict, headline_score, headline_verdict)
-from ema_core.studies.content.rates import TABLES as RATE_TABLES
+from ema_core.studies.content.learning_rates import TABLES as RATE_TABLES
 from ema_core.studies.content.shared import (ATTN_INPUT_LABELS, PAPER_GPT_PPL, PAPER_RATIO, PAPER_SPEN_PPL,
                                              lm_variant_label)
 from pages._content_gap import gap_section, mean_std_columns, verdict_cell

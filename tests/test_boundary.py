@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from ema_core.rates import settings_at
-from ema_core.studies.boundary import rates as boundary_rates
+from ema_core.learning_rates import settings_at
+from ema_core.studies.boundary import learning_rates as boundary_rates
 from ema_core.studies.boundary.tasks import TASKS
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
 from ema_core.studies.boundary import experiment as boundary_experiment

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ema_core.depth import RULES
-from ema_core.studies.depth import rates as rate_tables
+from ema_core.studies.depth import learning_rates as rate_tables
 from ema_core.depth.probes import frequent_tokens, probe_all, residualise, ridge_r2, split_windows, token_probe
 from ema_core.depth.residual import (SELECT_INIT_SHARE, DepthLMConfig, DepthLM, depth_weights, mix_entropy, params,
                                      reference_mix, reference_streams)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ema_core.experiments import REGISTRY, Cancelled, NullReporter, build_config
-from ema_core.studies.content.rates import TABLES as RATE_TABLES
+from ema_core.studies.content.learning_rates import TABLES as RATE_TABLES
 from ema_core.lm.sizes import ModelChoice, build_model, param_count, spen_config
 from ema_core.lm.ngram import BASELINES, COPY_MIX
 from ema_core.lm.token_classes import BANDS, CLASSES, SPLITS

@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from finished_run import run_in_process
-from ema_core.studies.content.rates import TABLES as CONTENT_RATES
+from ema_core.studies.content.learning_rates import TABLES as CONTENT_RATES
 from jobs.runner import LocalRunner
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ema_core.rates import Auto
+from ema_core.learning_rates import Auto
 from ema_core.lm.token_classes import SPLITS, TrainCounts, partition_codes, partition_sums
 from ema_core.protocol import Cancelled, NullReporter, check_checkpoint, stored
 from ema_core.schedule import SCHEDULES, warmup_cosine, warmup_stable_decay, wsd_decay
@@ -55,7 +55,7 @@ class TrainConfig(BaseModel):
     batch: int = Field(16, ge=1, le=65_536, description="sequences per step (per process under DDP)")
     seq_len: int = Field(256, ge=2, le=131_072, description="tokens per training sequence (and per eval window)")
     lr: Annotated[float, Field(gt=0.0, le=10.0)] | Auto = Field(
-        3e-3, description="peak learning rate, or auto: the rate chosen on dev (ema_core.rates: each study's table), "
+        3e-3, description="peak learning rate, or auto: the rate chosen on dev (ema_core.learning_rates: each study's table), "
                           "resolved by the run, which records the number it used")
     min_lr_frac: float = Field(0.1, ge=0.0, le=1.0, description="the schedule ends at this fraction of lr")
     schedule: Literal[SCHEDULES] = Field(
@@ -225,10 +225,10 @@ def train_lm(model: torch.nn.Module, streams: Streams, cfg: TrainConfig, seed: i
     ``should_stop()`` is polled every step (a checkpoint is written, then :class:`Cancelled` raised).
     ``extra_state`` is stored in every checkpoint and must equal the stored one on resume (the caller's
     identity of the run: its config, as a :class:`~ema_core.protocol.StoredConfig`).  ``cfg.lr`` is a
-    number: "auto" names no rate until the caller resolves it for its model (``ema_core.rates.resolve``).
+    number: "auto" names no rate until the caller resolves it for its model (``ema_core.learning_rates.resolve``).
     """
     if isinstance(cfg.lr, str):
-        raise ValueError(f"train_lm trains at a number; resolve train.lr={cfg.lr} first (ema_core.rates.resolve)")
+        raise ValueError(f"train_lm trains at a number; resolve train.lr={cfg.lr} first (ema_core.learning_rates.resolve)")
     reporter = reporter or NullReporter()
     device = torch.device(device)
     rank, world = _dist()

@@ -9,7 +9,7 @@ own, is ``store/<name>.py`` (SQL lives in the store, and nothing here imports Du
 
 Everything that lists studies iterates :data:`STUDIES`: the experiment registry (CLI choices, the
 Jobs page, the runner), the store's tables and exports, the scoreboard, the learning rates chosen on
-dev (``emalab rates``), and the pages' navigation.
+dev (``emalab learning-rates``), and the pages' navigation.
 Adding a study is its folder and one entry in :data:`NAMES` (``docs/architecture.md``).
 
 Importing this module is light (no torch): each study's ``__init__`` names its experiment modules,
@@ -64,8 +64,8 @@ class Study:
     # makes them, fills them from a run's result, groups them across seeds and offers them for export.
     tables: tuple[ResultTable, ...] = ()
     # The module of its folder whose ``TABLES`` are its learning rates chosen on dev
-    # (:class:`ema_core.rates.RateTable`), read where a config says ``auto``; "" where it chooses none.
-    rates: str = ""
+    # (:class:`ema_core.learning_rates.RateTable`), read where a config says ``auto``; "" where it chooses none.
+    learning_rates: str = ""
 
     @property
     def module(self) -> str:
@@ -85,8 +85,9 @@ class Study:
         return [f"{self.module}.{m}" for m in self.experiments.values()]
 
     def rate_tables(self) -> tuple:
-        """Its rate tables (:class:`ema_core.rates.RateTable`), read from its folder each time (light: no torch)."""
-        return importlib.import_module(f"{self.module}.{self.rates}").TABLES if self.rates else ()
+        """Its rate tables (:class:`ema_core.learning_rates.RateTable`), read from its folder each time (light: no torch)."""
+        return (importlib.import_module(f"{self.module}.{self.learning_rates}").TABLES if self.learning_rates
+                else ())
 
     @property
     def page(self) -> str | None:

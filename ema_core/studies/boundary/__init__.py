@@ -5,7 +5,7 @@ from ema_core.studies import Page, Study
 KIND = "boundary"
 
 STUDY = Study(
-    name="boundary", rates="rates", title="Boundary map", experiments={KIND: "experiment"},
+    name="boundary", learning_rates="learning_rates", title="Boundary map", experiments={KIND: "experiment"},
     claim="The boundary itself: fixed-decay EMA < fixed-decay linear attention < data-dependent decay < softmax "
           "attention, structure kept and content lost as the distance grows — argued in the paper, measured here on "
           "the same tasks for every mechanism.",

@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ema_core.studies.boundary.tasks import (AGREEMENT_CLASSES, Difficulty, TaskConfig, Trainer, accuracy, chance, check_words,
                                exclusion_floor, make_data, mqar_fits, task_seed)
 from ema_core.studies.boundary.findings import TASKS, TaskName
-from ema_core.rates import resolve
-from ema_core.studies.boundary import rates as rate_tables
+from ema_core.learning_rates import resolve
+from ema_core.studies.boundary import learning_rates as rate_tables
 from ema_core.cells import (Device, cell_device, grid_axis, one_thread, run_cells, run_parallel, run_serial,
                              stop_requested)
 from ema_core.config import seed_field
@@ -129,10 +129,10 @@ class BoundaryTrainConfig(BaseModel):
                                                                  "(each is also scored where it stops)")
     # Choosing in every cell trains every rate (2.5 times a cell's steps at choose_at 0.5); the table
     # holds the rate each (mixer, task) chose on dev at a dev seed, at the settings it was made at
-    # (ema_core.studies.boundary.rates), so that a cell trains once.
+    # (ema_core.studies.boundary.learning_rates), so that a cell trains once.
     lr_choice: Literal["dev", "table"] = Field("dev", description="dev: train every rate of lrs in every cell, keep "
                                                                   "the best on dev; table: the rate chosen on dev at a "
-                                                                  "dev seed (ema_core/studies/boundary/rates.py)")
+                                                                  "dev seed (ema_core/studies/boundary/learning_rates.py)")
 
     @field_validator("lrs")
     @classmethod
@@ -342,7 +342,7 @@ PRESETS: dict[str, dict] = {
     # with recall against state at four widths (the body's, 64, among them).
     # For time, an MLP of 2·d (zoology's MQAR models have none; at d = 64 the MLP is most of a
     # step), and each cell trains once at the rate its (mixer, task) chose on dev at the end of
-    # training at dev seed 20 (ema_core/studies/boundary/rates.py): of four rates a factor of 2 apart, from
+    # training at dev seed 20 (ema_core/studies/boundary/learning_rates.py): of four rates a factor of 2 apart, from
     # 3e-2 (where EMA trains) down to 3.75e-3.  Chosen at the end, not half way: half way chose
     # another rate in 51 of 101 cells at seed 20, at a test cost up to 0.34 (docs/benchmarks.md).
     "quick": {"tasks": ("agree_structure", "agree_content4", "mqar", "lag_identity"), "redundancy": (0.0, 0.5, 0.9),

@@ -6,7 +6,7 @@ KIND = "content"  # its language models' runs (kind "lm" before the study had it
 EVAL_KIND = "lm_eval"  # a finished run's model evaluated again
 
 STUDY = Study(
-    name="content", rates="rates", title="Content", experiments={KIND: "experiment", EVAL_KIND: "evaluation"},
+    name="content", learning_rates="learning_rates", title="Content", experiments={KIND: "experiment", EVAL_KIND: "evaluation"},
     claim="Traces lose content: an EMA-only language model reaches C4 perplexity 260 against GPT-2's 33, and "
           "swapping its predictor for attention changes nothing.",
     source="abstract, summaries",

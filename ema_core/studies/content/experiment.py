@@ -36,9 +36,9 @@ from ema_core.lm.trained import MODEL_ARTIFACT, TOKENIZER_ARTIFACT, weights_byte
 from ema_core.lm.token_classes import SPLITS
 from ema_core.lm.train import CLASS_SPLITS, Streams, TrainConfig, evaluate, init_distributed, train_lm
 from ema_core.protocol import Experiment, Reporter, StoredConfig, moved_into_groups
-from ema_core.rates import AUTO, Resolved, resolve
+from ema_core.learning_rates import AUTO, Resolved, resolve
 from ema_core.studies.content import KIND
-from ema_core.studies.content import rates as rate_tables
+from ema_core.studies.content import learning_rates as rate_tables
 
 # What the ``partition`` column of ``lm_token_classes`` calls each of train.CLASS_SPLITS.
 PARTITIONS = {s.key: s.partition for s in SPLITS}
@@ -67,7 +67,7 @@ class LMConfig(ModelChoice):
         return float(self.train.lr) if self.train.lr != AUTO else self.rate_table().rates[(self.model,)]
 
     def rate_table(self) -> Resolved | None:
-        """What "auto" reads (:mod:`ema_core.studies.content.rates`): its size's table, this model's rate in it,
+        """What "auto" reads (:mod:`ema_core.studies.content.learning_rates`): its size's table, this model's rate in it,
         and whether the table was chosen at these settings (None for a numeric ``train.lr``)."""
         if self.train.lr != AUTO:
             return None
@@ -93,7 +93,7 @@ class LMConfig(ModelChoice):
 PRESETS: dict[str, dict] = {
     # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
     # (0.6M training tokens, under one pass over the five novels).
-    # Each model at its own rate, chosen on dev (ema_core.studies.content.rates), then the warm-up at those rates, also on
+    # Each model at its own rate, chosen on dev (ema_core.studies.content.learning_rates), then the warm-up at those rates, also on
     # dev: both models chose the longest swept, 200 of the 300 steps (docs/benchmarks.md).
     "quick": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 300,
               "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 50, "train.eval_tokens": 16_384,

@@ -5,7 +5,7 @@ from ema_core.studies import Page, Study
 KIND = "depth"
 
 STUDY = Study(
-    name="depth", rates="rates", title="Depth dilution", experiments={KIND: "experiment"},
+    name="depth", learning_rates="learning_rates", title="Depth dilution", experiments={KIND: "experiment"},
     claim="Fixed-coefficient accumulation dilutes across depth too: a residual stream adds every block's write with "
           "weight 1, and only learned, input-dependent selection fixes it (fixed sum < static weights < "
           "input-dependent, the gap growing with depth).",

@@ -7,7 +7,7 @@ per byte and probes what its last block's stream still holds (:mod:`ema_core.dep
 trained model and on the same model at its initialisation.  At one (depth, seed) every rule starts
 from the same body (the same draws for every block) and sees the same batches: rules differ only in
 how the stream adds its blocks up.  Each (rule, depth) trains at its own rate, chosen on dev
-(:mod:`ema_core.studies.depth.rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
+(:mod:`ema_core.studies.depth.learning_rates`).  A ``sum`` cell also runs the remix test: its trained body frozen, only
 the mixing weights of ``remix.fitted`` fitted on top.  Cells are independent and a pure function of
 (config, seed, cell): a run resumes cell by cell, and cells train in parallel over ``workers``
 processes (or a cluster's, :mod:`ema_core.cells`).
@@ -50,10 +50,10 @@ from ema_core.lm.data import LMDataConfig, prepare
 from ema_core.lm.gpt import NORMS
 from ema_core.lm.train import Streams, TrainConfig, train_lm
 from ema_core.mixers.causality import check_causal
-from ema_core.rates import AUTO, Resolved, find, resolve
+from ema_core.learning_rates import AUTO, Resolved, find, resolve
 from ema_core.protocol import Cancelled, Experiment, NullReporter, Reporter
 from ema_core.studies.depth import KIND
-from ema_core.studies.depth import rates as rate_tables
+from ema_core.studies.depth import learning_rates as rate_tables
 
 # 2: a cell's outcome holds its weight trajectory and its remixes beside its row and weights.
 CHECKPOINT_FORMAT = 2
@@ -191,7 +191,7 @@ class DepthConfig(BaseModel):
 
     def lr(self, rule: str, depth: int) -> float:
         """The peak rate ``rule`` trains at with ``depth`` blocks: ``train.lr``, or for "auto" the rate chosen
-        for that (rule, depth) on dev (:mod:`ema_core.studies.depth.rates`)."""
+        for that (rule, depth) on dev (:mod:`ema_core.studies.depth.learning_rates`)."""
         if self.train.lr != AUTO:
             return float(self.train.lr)
         return self._auto([(rule, depth)]).rates[rule, depth]

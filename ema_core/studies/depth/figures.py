@@ -15,9 +15,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from ema_core import palette, rates
+from ema_core import learning_rates, palette
 from ema_core.depth import ALL_RULES, RULE_LABELS
-from ema_core.studies.depth import rates as rate_tables
+from ema_core.studies.depth import learning_rates as rate_tables
 from ema_core.studies.depth.findings import blocks, by_budget, claim_verdicts, trained_deep
 from ema_core.dilution import rate_label
 from ema_core.figures import (ACCURACY_AXIS, COLUMN_WIDTH, COUNT_FORMAT, HAS_STD, HEIGHT, LEGEND_SIZE, PAGE_WIDTH,
@@ -411,8 +411,8 @@ def rates_frame(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def rate_source(config: dict, summary: dict | None = None) -> str:
-    """Where one config's rates came from, in words (:func:`ema_core.rates.rate_source` over this study's tables)."""
-    return rates.rate_source(rate_tables.TABLES, config, summary)
+    """Where one config's rates came from, in words (:func:`ema_core.learning_rates.rate_source` over this study's tables)."""
+    return learning_rates.rate_source(rate_tables.TABLES, config, summary)
 
 
 # -- the weights as they train ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The one form of the learning rates chosen on dev (ema_core.rates): every study's tables, how ``auto``
-reads them and refuses, and ``emalab rates``."""
+"""The one form of the learning rates chosen on dev (ema_core.learning_rates): every study's tables, how ``auto``
+reads them and refuses, and ``emalab learning-rates``."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,11 +8,11 @@ import json
 import pytest
 
 from ema_core.experiments import build_config
-from ema_core.rates import AUTO, RateTable, flat_settings, rate_source, resolve
+from ema_core.learning_rates import AUTO, RateTable, flat_settings, rate_source, resolve
 from ema_core.studies import STUDIES
 from jobs import cli
 
-RATED = {name: study for name, study in STUDIES.items() if study.rates}
+RATED = {name: study for name, study in STUDIES.items() if study.learning_rates}
 TABLE = RateTable(name="t", cell=("model", "depth"), rates={"a|4": 0.01, "b|4": 0.02},
                   tuned_for={"train.steps": 300, "model.d": 64, "data.lens": [8, 16]}, sweep="python -m bench.x",
                   source="python -m bench.x --seed 0", unrecorded=("model.",), budget="300 steps")
@@ -82,14 +82,14 @@ def test_the_rates_source_says_where_a_runs_rates_came_from():
     assert rate_source((TABLE,), {"train": {"lr": 3e-3}}) == "Set in the config: train.lr = 0.003, the same for every cell"
 
 
-def test_emalab_rates_prints_every_studys_tables(capsys):
-    assert cli.main(["rates", "--json"]) == 0
+def test_emalab_learning_rates_prints_every_studys_tables(capsys):
+    assert cli.main(["learning-rates", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report["studies"]) == set(RATED)
     tiny = next(t for t in report["studies"]["content"] if t["name"] == "tiny")
     assert tiny["rates"] == {"spen": 0.01, "gpt": 0.003} and tiny["binding"] == ["size"]
-    assert cli.main(["rates", "--study", "depth"]) == 0
+    assert cli.main(["learning-rates", "--study", "depth"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("depth / quick: a rate per rule × depth, 12 rates") and "  sum|8: 0.004" in text
-    assert cli.main(["rates", "--study", "dilution"]) == 2  # it chooses no rates: not a choice
+    assert cli.main(["learning-rates", "--study", "dilution"]) == 2  # it chooses no rates: not a choice
     assert "invalid choice: 'dilution'" in capsys.readouterr().err

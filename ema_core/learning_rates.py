@@ -12,7 +12,7 @@ chose them (``source``).  Each study declares its tables in its folder's ``rates
 - a cell the table has no rate for is refused (``missing="refuse"``), or, where the study chooses on dev
   in the cell anyway (the boundary map's mixer of one's own), left to that choice (``missing="dev"``).
 
-:func:`describe` says in words where a run's rates came from, for the pages.  ``emalab rates`` prints
+:func:`describe` says in words where a run's rates came from, for the pages.  ``emalab learning-rates`` prints
 every study's tables (the registry: :func:`ema_core.studies.rate_tables`).
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ The config keeps "auto" (SPEN and the GPT, each at its own rate, are one compara
 """
 from __future__ import annotations
 
-from ema_core.rates import RateTable
+from ema_core.learning_rates import RateTable
 
 SWEEP = "python -m bench.lm_lr"
 

@@ -9,14 +9,14 @@ mix can), so a rate chosen at 8 blocks is not reused at 4 or 16.
 A table holds for the settings it was chosen at (``tuned_for``, every one binding, and a model or data
 setting it does not record differs too): a config whose ``train.lr`` is "auto" reads the table whose
 settings it matches, and is refused when none does, or when that table has no rate for one of its
-(rule, depth) cells, rather than trained at some other rate (:func:`ema_core.rates.resolve`).
+(rule, depth) cells, rather than trained at some other rate (:func:`ema_core.learning_rates.resolve`).
 ``rates_from`` names a table to read at another budget on purpose (the long preset reads the quick
 one's: choosing at 8× the tokens would cost 8× the sweep); the run records which table it read and
 whether it matched.
 """
 from __future__ import annotations
 
-from ema_core.rates import RateTable
+from ema_core.learning_rates import RateTable
 
 SWEEP = "python -m bench.depth_lr"
 

@@ -18,13 +18,13 @@ mixer of one's own, a task it was not made on) chooses on dev among ``train.lrs`
 """
 from __future__ import annotations
 
-from ema_core.rates import RateTable
+from ema_core.learning_rates import RateTable
 
 SWEEP = "python -m bench.boundary_rates"
 
 # What a cell's best rate depends on: the body, the budget, the rates tried, the data's sizes.  The
 # table records their values (``tuned_for``; bench.boundary_rates reads them with
-# :func:`ema_core.rates.settings_at`); seeds, workers, the device and which cells run do not count.
+# :func:`ema_core.learning_rates.settings_at`); seeds, workers, the device and which cells run do not count.
 TUNED_PATHS = ("model.", "train.steps", "train.mqar_steps", "train.batch", "train.warmup", "train.lrs",
                "data.seq_len", "data.n_train", "data.mqar_vocab", "data.words_per_category", "data.lag_vocab")
 # The settings the table was chosen at, by dotted path (a config's model_dump, flattened).
