@@ -11,8 +11,8 @@ at the end.  It prints:
   accuracy that costs (end choice − half-way choice, mean and worst over the task's cells);
 * **the rate table**: per (mixer, task), and per width on MQAR, the rate whose end-of-training dev
   accuracy, averaged over the cells it covers (every ρ and distance), is best: what
-  ``train.lr_choice=table`` reads (:mod:`ema_core.studies.boundary.learning_rates`), to copy there with the command, the seed and the
-  commit it ran at.
+  ``train.lr_choice=table`` reads (:mod:`ema_core.studies.boundary.learning_rates`), to copy there with
+  the command, the seed and the commit it ran at.
 
 Given several dev seeds (``--seed 21 22 23``), a cell's score at a rate is its *worst* seed's dev
 accuracy: a task learned in a sharp transition (softmax on MQAR) is held to its bar at every seed, and

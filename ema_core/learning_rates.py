@@ -163,7 +163,8 @@ def describe(table: RateTable, matched: bool, config: Mapping[str, Any] | None =
             "on purpose" + (f" ({_said(diff, 3)})" if diff else ""))
 
 
-def rate_source(tables: Sequence[RateTable], config: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> str:
+def rate_source(tables: Sequence[RateTable], config: Mapping[str, Any],
+                summary: Mapping[str, Any] | None = None) -> str:
     """Where one stored run's rates came from, in words: set in its config, or the table ``auto`` read.  The
     run's own record (its summary's ``rate_table`` and ``rates_matched``) where it has one, else read from
     its config (a run stored before its summary said)."""
@@ -175,5 +176,6 @@ def rate_source(tables: Sequence[RateTable], config: Mapping[str, Any], summary:
     name = summary.get("rate_table") or config.get("rates_from")
     table = next((t for t in tables if (t.name == name if name else not t.refusals(config))), None)
     if table is None:
-        return f"From the rate table {name!r}, which this code no longer holds" if name else "From a rate table not recorded"
+        return (f"From the rate table {name!r}, which this code no longer holds" if name
+                else "From a rate table not recorded")
     return describe(table, summary["rates_matched"] if "rates_matched" in summary else table.matches(config), config)

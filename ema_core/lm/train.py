@@ -55,8 +55,8 @@ class TrainConfig(BaseModel):
     batch: int = Field(16, ge=1, le=65_536, description="sequences per step (per process under DDP)")
     seq_len: int = Field(256, ge=2, le=131_072, description="tokens per training sequence (and per eval window)")
     lr: Annotated[float, Field(gt=0.0, le=10.0)] | Auto = Field(
-        3e-3, description="peak learning rate, or auto: the rate chosen on dev (ema_core.learning_rates: each study's table), "
-                          "resolved by the run, which records the number it used")
+        3e-3, description="peak learning rate, or auto: the rate chosen on dev (ema_core.learning_rates: "
+                          "each study's table), resolved by the run, which records the number it used")
     min_lr_frac: float = Field(0.1, ge=0.0, le=1.0, description="the schedule ends at this fraction of lr")
     schedule: Literal[SCHEDULES] = Field(
         "cosine", description="cosine: warm-up then cosine decay; wsd: warm-up, constant, then a 1 - sqrt decay "

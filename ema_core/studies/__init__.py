@@ -85,7 +85,8 @@ class Study:
         return [f"{self.module}.{m}" for m in self.experiments.values()]
 
     def rate_tables(self) -> tuple:
-        """Its rate tables (:class:`ema_core.learning_rates.RateTable`), read from its folder each time (light: no torch)."""
+        """Its learning-rate tables (:class:`ema_core.learning_rates.RateTable`), read from its folder each
+        time (light: no torch)."""
         return (importlib.import_module(f"{self.module}.{self.learning_rates}").TABLES if self.learning_rates
                 else ())
 

@@ -67,8 +67,8 @@ class LMConfig(ModelChoice):
         return float(self.train.lr) if self.train.lr != AUTO else self.rate_table().rates[(self.model,)]
 
     def rate_table(self) -> Resolved | None:
-        """What "auto" reads (:mod:`ema_core.studies.content.learning_rates`): its size's table, this model's rate in it,
-        and whether the table was chosen at these settings (None for a numeric ``train.lr``)."""
+        """What "auto" reads (:mod:`ema_core.studies.content.learning_rates`): its size's table, this
+        model's rate in it, and whether the table was chosen at these settings (None for a numeric ``train.lr``)."""
         if self.train.lr != AUTO:
             return None
         return resolve(rate_tables.TABLES, self.model_dump(mode="json"), [(self.model,)])
@@ -93,8 +93,9 @@ class LMConfig(ModelChoice):
 PRESETS: dict[str, dict] = {
     # A few minutes on 2 cores: the one-click reproduction and the predictor ablation's budget
     # (0.6M training tokens, under one pass over the five novels).
-    # Each model at its own rate, chosen on dev (ema_core.studies.content.learning_rates), then the warm-up at those rates, also on
-    # dev: both models chose the longest swept, 200 of the 300 steps (docs/benchmarks.md).
+    # Each model at its own rate, chosen on dev (ema_core.studies.content.learning_rates), then the
+    # warm-up at those rates, also on dev: both models chose the longest swept, 200 of the 300 steps
+    # (docs/benchmarks.md).
     "quick": {"size": "tiny", "data.vocab_size": 4096, "train.seq_len": 256, "train.batch": 8, "train.steps": 300,
               "train.warmup": 200, "train.lr": AUTO, "train.eval_every": 50, "train.eval_tokens": 16_384,
               "train.final_eval_tokens": 65_536},
