@@ -129,9 +129,9 @@ def main(argv=None) -> int:
         means = {lr: sum(v) / len(v) for lr, v in per_rate.items()}
         table[key] = max(cfg.train.lrs, key=lambda lr: (means[lr], -cfg.train.lrs.index(lr)))
     report = {"preset": a.preset, "seeds": a.seed, "cells": len(results), "seconds": round(seconds),
-              "half_way": half_way, "table": table, "tuned_for": settings_at(cfg.model_dump(mode="json"), TUNED_PATHS),
-              "cells_detail": results,
-              "machine": machine_info()}
+              "half_way": half_way, "table": table,
+              "tuned_for": settings_at(cfg.model_dump(mode="json"), TUNED_PATHS),
+              "cells_detail": results, "machine": machine_info()}
     show(report, a.json, print_report, sort_keys=True)
     return 0
 

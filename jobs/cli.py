@@ -35,8 +35,8 @@ from tqdm import tqdm
 from ema_core.experiments import REGISTRY, build_config
 from ema_core.experiments.units import units_for, with_unit
 from ema_core.messages import error_line, one_line
-from ema_core.studies import STUDIES
 from ema_core.rundir import RESUMABLE_STATES, DamagedRunError, RunDir, StorageError, current_kind
+from ema_core.studies import STUDIES
 from jobs.ray_backend import RayRunner
 from jobs.runner import LocalRunner, eta_text, existing_run, format_duration, next_free_seed
 
@@ -492,11 +492,11 @@ RATED = tuple(name for name, study in STUDIES.items() if study.learning_rates)
 
 
 def cmd_learning_rates(args) -> int:
-    studies = [args.study] if args.study else list(RATED)
-    report = {"studies": {name: [dataclasses.asdict(t) for t in STUDIES[name].rate_tables()] for name in studies}}
+    tables = {name: STUDIES[name].rate_tables() for name in ([args.study] if args.study else RATED)}
+    report = {"studies": {name: [dataclasses.asdict(t) for t in ts] for name, ts in tables.items()}}
     lines = []
-    for name in studies:
-        for t in STUDIES[name].rate_tables():
+    for name, ts in tables.items():
+        for t in ts:
             binds = "every setting it records" if t.binding is None else ", ".join(t.binding)
             lines += [f"{name} / {t.name}: a rate per {' × '.join(t.cell)}, {len(t.rates)} rates, chosen on dev at "
                       f"{t.budget}", f"  read by auto where a config shares: {binds}"

@@ -77,12 +77,14 @@ class GridRuns(NamedTuple):
 def grid_runs(kind: str, prefix: str, what: str, launch_section: Callable[[], None],
               cells: Callable[[list[str]], pd.DataFrame], no_cells: str) -> GridRuns:
     """The finished runs of ``kind`` (``what`` names them in words), those picked (``<prefix>_runs``, every
-    run of the config with the most seeds by default) and their cells as ``cells`` reads them from the store.  With
-    none finished, none picked or no cells, says so (``no_cells``), offers the launch and stops the page."""
+    run of the config with the most seeds by default) and their cells as ``cells`` reads them from the
+    store.  With none finished, none picked or no cells, says so (``no_cells``), offers the launch and
+    stops the page."""
     runs = read_store(lambda: list_runs(kind=kind, limit=None))
     done = finished_runs(runs, what, "one run per preset and seed", launch_section)
     picked, picked_configs, configs, _ = pick_config_seeds(
-        done, kind, "Runs (default: every run of the config with the most seeds)", f"{prefix}_runs", launch_section)
+        done, kind, "Runs (default: every run of the config with the most seeds)", f"{prefix}_runs",
+        launch_section)
     rows = query(lambda: cells(picked))
     if rows.empty:
         st.info(no_cells)

@@ -217,16 +217,16 @@ def _set_state(key: str, value: object) -> None:
 
 
 def pick_runs(label: str, run_ids: Iterable[str], group_of: Callable[[str], object],
-              within: Callable[[str], tuple], *, seeds_of: Callable[[str], Iterable], format_func: Callable[[str], str],
-              key: str) -> list[str]:
+              within: Callable[[str], tuple], *, seeds_of: Callable[[str], Iterable],
+              format_func: Callable[[str], str], key: str) -> list[str]:
     """The finished runs a results page shows: a multiselect, by default every run of the group with the
     most seeds (then the most runs, then the newest), as the Overview's scoreboard judges.
 
     A group is what mean ± std may pool (a config across seeds, comparable settings across
     variants).  ``run_ids`` come newest first, as the store lists them, so groups are offered newest
     first; ``within`` orders a group's runs, and ``seeds_of`` names the seeds a run holds (a grid run may
-    hold several).  A one-seed run launched after a three-seed group is
-    offered first but not picked: a finished run's link (``?<key>=id``) picks it.  A remembered pick that names a run no longer in the
+    hold several).  A one-seed run launched after a three-seed group is offered first but not picked: a
+    finished run's link (``?<key>=id``) picks it.  A remembered pick that names a run no longer in the
     store falls back to the default.  The pick lives in the URL too (``?<key>=id1,id2``, see
     :func:`from_url`): a reload or a shared link picks the same runs, less any that left the store.
     """

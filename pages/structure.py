@@ -97,8 +97,8 @@ runs = read_store(lambda: list_runs(kind=KIND, limit=None))
 
 done = finished_runs(runs, "structure", "one run per seed", launch_section)
 
-picked, picked_configs, _, seed_of = pick_config_seeds(done, KIND, "Runs (default: every seed of the config with the most)",
-                                                      "structure_runs", launch_section)
+picked, picked_configs, _, seed_of = pick_config_seeds(
+    done, KIND, "Runs (default: every seed of the config with the most)", "structure_runs", launch_section)
 seeds = sorted(int(seed_of[r]) for r in picked if pd.notna(seed_of[r]))
 st.caption(f"{len(picked)} run(s) · seeds {', '.join(map(str, seeds))} · config {', '.join(picked_configs)} · "
            "error bars and ± are the standard deviation across seeds")

@@ -25,7 +25,7 @@ from ema_core.studies.content.gap import GapVerdict, gap_scores
 from ema_core.studies.content.shared import (GAP_WORDS, LINEAR, PAPER_GPT_PPL, PAPER_RATIO, PAPER_SPEN_PPL, Key,
                                              Variant, _number, lm_variant_label, ratio_text, verdict_number)
 from ema_core.verdicts import (VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, paired, spread,
-                               t_threshold)
+                               t_threshold, verdict_word)
 from ema_core.verdicts import VERDICT_WORDS as SHARED_WORDS
 
 # -- the headline: SPEN against the same-size GPT ------------------------------------------------------
@@ -60,7 +60,7 @@ class HeadlineVerdict:
 
     @property
     def word(self) -> str:
-        return not_judged(self.delta.n) if self.verdict == "not_judged" else GAP_WORDS[self.verdict]
+        return verdict_word(self.verdict, self.delta.n, GAP_WORDS)
 
     @property
     def sentence(self) -> str:

@@ -27,7 +27,8 @@ from ema_core.scoreboard import Score, delta_text, outcome, plain
 from ema_core.studies.content.shared import (ALL_TOKENS, GAP_WORDS, LINEAR, RECALL, Key, Sums, Variant, _Final, _add,
                                              _finals, _per_token, _spen_variants, _with_gpt, gap_variant,
                                              lm_variant_label, verdict_number)
-from ema_core.verdicts import VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, not_judged, paired, spread, t_threshold
+from ema_core.verdicts import (VERDICT_K, VERDICT_MIN_SEEDS, Spread, judge, paired, spread, t_threshold,
+                               verdict_word)
 
 # -- the token classes ---------------------------------------------------------------------------------
 #
@@ -249,7 +250,7 @@ class GapVerdict:
 
     @property
     def word(self) -> str:
-        return not_judged(self.delta.n) if self.verdict == "not_judged" else GAP_WORDS[self.verdict]
+        return verdict_word(self.verdict, self.delta.n, GAP_WORDS)
 
     @property
     def threshold(self) -> float:
